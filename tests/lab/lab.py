@@ -1,0 +1,424 @@
+#!/usr/bin/env python3
+"""The lab fleet: systemd-nspawn containers booted from a debootstrapped Debian rootfs.
+
+Each host is a real systemd (PID 1 in its container) with journald, sshd on its own loopback
+address and the SGLang simulator in /opt/sglang/venv. The containers share the machine's network
+namespace, so every service in a host binds that host's own 127.0.1.N address.
+
+Commands: build-rootfs, up, down, status, inventory. Run as root. Stdlib only.
+Everything a lab starts is recorded in its state directory (PIDs, machine names); `down` stops
+exactly those, never by pattern.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_PACKAGE = REPO / "tests" / "sglang_sim" / "sglang"
+CACHE_DIR = Path(os.environ.get("LAB_CACHE_DIR", "/var/cache/gpufleet-lab"))
+STATE_ROOT = Path(os.environ.get("LAB_STATE_DIR", "/var/lib/gpufleet-lab"))
+SUITE = "bookworm"
+PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "iproute2"]
+# Bump when the way the rootfs is made changes: the cache key follows the recipe.
+RECIPE = {"suite": SUITE, "variant": "minbase", "packages": PACKAGES, "revision": 2}
+SIM_SITE = "opt/sglang/venv/lib/python3.11/site-packages"
+
+
+class LabError(Exception):
+    """A condition the operator can fix; printed without a traceback."""
+
+
+def log(msg: str) -> None:
+    print(f"lab: {msg}", flush=True)
+
+
+def run(argv, check=True, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, text=True, **kw)
+
+
+# ---------------------------------------------------------------- settings
+
+class Lab:
+    def __init__(self, name: str, net: str, first: int, ssh_port: int):
+        if not re.fullmatch(r"[a-z][a-z0-9-]{0,30}", name):
+            raise LabError(f"lab name {name!r} must be lowercase letters, digits and '-'")
+        if not re.fullmatch(r"127\.\d{1,3}\.\d{1,3}", net):
+            raise LabError(f"LAB_NET {net!r} must be the first three octets of a 127/8 address")
+        self.name, self.net, self.first, self.ssh_port = name, net, first, ssh_port
+        self.state = STATE_ROOT / name
+        self.key = self.state / "id_ed25519"
+
+    def host(self, index: int) -> dict:
+        return {
+            "name": f"{self.name}-{index}",
+            "address": f"{self.net}.{self.first + index - 1}",
+            "dir": self.state / "hosts" / f"{self.name}-{index}",
+        }
+
+    def recorded_hosts(self) -> list[dict]:
+        hosts_dir = self.state / "hosts"
+        if not hosts_dir.is_dir():
+            return []
+        found = []
+        for meta in sorted(hosts_dir.glob("*/host.json")):
+            found.append(json.loads(meta.read_text()))
+        return sorted(found, key=lambda h: h["index"])
+
+
+# ---------------------------------------------------------------- preflight
+
+def require_root_and_tools() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (systemd-nspawn and debootstrap); run it with sudo")
+    missing = {tool: pkg for tool, pkg in (("systemd-nspawn", "systemd-container"),
+                                           ("debootstrap", "debootstrap"),
+                                           ("ssh", "openssh-client"),
+                                           ("ssh-keygen", "openssh-client"))
+               if shutil.which(tool) is None}
+    if missing:
+        raise LabError("missing tools: " + ", ".join(missing) +
+                       "; install them with: apt-get install -y " +
+                       " ".join(sorted(set(missing.values()))))
+
+
+def apt_mirror() -> str:
+    """The Debian mirror this machine's apt already uses (the lab adds no source of its own)."""
+    override = os.environ.get("LAB_DEBIAN_MIRROR")
+    if override:
+        return override
+    candidates = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        if not path.is_file() or "disabled" in path.name:
+            continue
+        text = path.read_text(errors="replace")
+        candidates += re.findall(r"^\s*URIs:\s*(\S+)", text, re.M)
+        candidates += re.findall(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)", text, re.M)
+    for uri in candidates:
+        if "security" not in uri and uri.startswith(("http://", "https://")):
+            return uri
+    raise LabError("no Debian mirror found in /etc/apt; set LAB_DEBIAN_MIRROR")
+
+
+def port_free(address: str, port: int) -> bool:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        sock.close()
+
+
+# ---------------------------------------------------------------- rootfs
+
+def rootfs_path() -> Path:
+    digest = hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:12]
+    return CACHE_DIR / f"rootfs-{SUITE}-{digest}"
+
+
+def build_rootfs() -> Path:
+    require_root_and_tools()
+    target = rootfs_path()
+    if (target / ".complete").exists():
+        log(f"rootfs cached at {target}")
+        return target
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    work = target.with_name(target.name + ".partial")
+    if work.exists():
+        shutil.rmtree(work)
+    mirror = apt_mirror()
+    log(f"debootstrap {SUITE} into {work} (one time, ~80 s)")
+    started = time.monotonic()
+    proc = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES),
+                SUITE, str(work), mirror], check=False, capture_output=True)
+    if proc.returncode != 0:
+        raise LabError(f"debootstrap failed (rc={proc.returncode}):\n{proc.stdout[-2000:]}"
+                       f"\n{proc.stderr[-2000:]}")
+    # Per-host identity is made at host creation: no shared machine-id or ssh host keys.
+    for key in (work / "etc/ssh").glob("ssh_host_*"):
+        key.unlink()
+    (work / "etc/machine-id").write_text("")
+    # Units that make no sense in a container sharing the machine's network namespace.
+    for unit in ("systemd-networkd.service", "systemd-resolved.service",
+                 "systemd-timesyncd.service", "apt-daily.timer", "apt-daily-upgrade.timer",
+                 "e2scrub_all.timer", "fstrim.timer", "man-db.timer", "dpkg-db-backup.timer",
+                 "systemd-networkd-wait-online.service"):
+        (work / "etc/systemd/system" / unit).unlink(missing_ok=True)
+        os.symlink("/dev/null", work / "etc/systemd/system" / unit)
+    # The simulator's venv: no pip needed, it is stdlib only.
+    run(["chroot", str(work), "python3", "-m", "venv", "--without-pip", "/opt/sglang/venv"])
+    (work / ".complete").write_text(json.dumps(RECIPE))
+    if target.exists():
+        shutil.rmtree(target)
+    work.rename(target)
+    log(f"rootfs built in {time.monotonic() - started:.0f} s at {target}")
+    return target
+
+
+# ---------------------------------------------------------------- hosts
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie or a reused PID is not our container: check the command line.
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return bool(cmdline) and cmdline[0].endswith(b"systemd-nspawn")
+
+
+def ssh_base(lab: Lab, address: str) -> list[str]:
+    return ["ssh", "-i", str(lab.key), "-p", str(lab.ssh_port), "-o", "BatchMode=yes",
+            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3", f"root@{address}"]
+
+
+def ssh(lab: Lab, address: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return run(ssh_base(lab, address) + [command], check=False, capture_output=True,
+               timeout=timeout)
+
+
+def host_healthy(lab: Lab, meta: dict) -> bool:
+    if not pid_alive(meta.get("pid", -1)):
+        return False
+    try:
+        proc = ssh(lab, meta["address"], "systemctl is-system-running", timeout=10)
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.stdout.strip() in ("running", "degraded")
+
+
+def ensure_key(lab: Lab) -> None:
+    lab.state.mkdir(parents=True, exist_ok=True)
+    if not lab.key.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{lab.name}-lab-only",
+             "-f", str(lab.key)])
+
+
+def configure_host(lab: Lab, root: Path, host: dict) -> None:
+    (root / "etc/hostname").write_text(host["name"] + "\n")
+    (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{host['address']} {host['name']}\n")
+    sshd_conf = root / "etc/ssh/sshd_config.d/lab.conf"
+    sshd_conf.write_text(
+        f"ListenAddress {host['address']}\nPort {lab.ssh_port}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n")
+    run(["ssh-keygen", "-q", "-A", "-f", str(root)])
+    ssh_dir = root / "root/.ssh"
+    ssh_dir.mkdir(mode=0o700, exist_ok=True)
+    (ssh_dir / "authorized_keys").write_text(Path(str(lab.key) + ".pub").read_text())
+    os.chmod(ssh_dir / "authorized_keys", 0o600)
+    install_simulator(root)
+
+
+def install_simulator(root: Path) -> bool:
+    """Copy tests/sglang_sim into the host's venv; the lab says so when it does not exist yet."""
+    if not SIM_PACKAGE.is_dir():
+        log(f"{SIM_PACKAGE} does not exist yet: skipping the SGLang simulator install")
+        return False
+    dest = root / SIM_SITE / "sglang"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(SIM_PACKAGE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return True
+
+
+def boot_host(lab: Lab, rootfs: Path, index: int) -> dict:
+    host = lab.host(index)
+    hdir: Path = host["dir"]
+    if hdir.exists():
+        remove_host_dir(hdir)
+    hdir.mkdir(parents=True)
+    root = hdir / "root"
+    t0 = time.monotonic()
+    run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)])
+    (root / ".complete").unlink(missing_ok=True)
+    configure_host(lab, root, host)
+    console = open(hdir / "console.log", "w")
+    proc = subprocess.Popen(
+        ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet", "--console=read-only",
+         "--machine", host["name"], "-D", str(root), "--boot"],
+        stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+        start_new_session=True)
+    meta = {"index": index, "name": host["name"], "address": host["address"],
+            "pid": proc.pid, "dir": str(hdir)}
+    (hdir / "host.json").write_text(json.dumps(meta))
+    log(f"{host['name']}: booting at {host['address']} (nspawn pid {proc.pid}, "
+        f"copy {time.monotonic() - t0:.1f} s)")
+    return meta
+
+
+def wait_booted(lab: Lab, meta: dict, timeout: float = 90) -> str:
+    deadline = time.monotonic() + timeout
+    state = "unreachable"
+    while time.monotonic() < deadline:
+        if not pid_alive(meta["pid"]):
+            tail = Path(meta["dir"], "console.log").read_text(errors="replace")[-1500:]
+            raise LabError(f"{meta['name']}: systemd-nspawn exited during boot:\n{tail}")
+        try:
+            proc = ssh(lab, meta["address"], "systemctl is-system-running --wait", timeout=60)
+            state = proc.stdout.strip() or state
+        except subprocess.TimeoutExpired:
+            state = "starting"
+        if state in ("running", "degraded"):
+            return state
+        time.sleep(0.5)
+    raise LabError(f"{meta['name']}: not booted after {timeout:.0f} s (last state: {state})")
+
+
+def stop_host(meta: dict, timeout: float = 20) -> None:
+    pid = meta.get("pid", -1)
+    if pid_alive(pid):
+        # SIGTERM makes nspawn ask the container's systemd for an orderly poweroff.
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if pid_alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            time.sleep(0.5)
+    remove_host_dir(Path(meta["dir"]))
+
+
+def remove_host_dir(hdir: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+              if line.split()[1].startswith(str(hdir) + "/")]
+    for mount in sorted(mounts, reverse=True):
+        run(["umount", "-l", mount], check=False)
+    run(["rm", "-rf", "--one-file-system", str(hdir)])
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_up(lab: Lab, count: int) -> None:
+    require_root_and_tools()
+    rootfs = build_rootfs()
+    ensure_key(lab)
+    t0 = time.monotonic()
+    existing = {m["index"]: m for m in lab.recorded_hosts()}
+    # Hosts beyond the requested count are stopped: the inventory is exactly 1..count.
+    for index, meta in list(existing.items()):
+        if index > count:
+            log(f"{meta['name']}: beyond HOSTS={count}, stopping")
+            stop_host(meta)
+            del existing[index]
+    booting = []
+    for index in range(1, count + 1):
+        meta = existing.get(index)
+        if meta and host_healthy(lab, meta):
+            install_simulator(Path(meta["dir"]) / "root")
+            log(f"{meta['name']}: healthy, kept (simulator refreshed)")
+            continue
+        if meta:
+            log(f"{meta['name']}: unhealthy, recreating")
+            stop_host(meta)
+        host = lab.host(index)
+        if not port_free(host["address"], lab.ssh_port):
+            raise LabError(f"{host['address']}:{lab.ssh_port} is already in use by another "
+                           "process; choose another LAB_SSH_PORT or LAB_NET")
+        booting.append(boot_host(lab, rootfs, index))
+    for meta in booting:
+        state = wait_booted(lab, meta)
+        log(f"{meta['name']}: systemd {state}")
+    write_inventory(lab, count)
+    log(f"{count} host(s) up in {time.monotonic() - t0:.1f} s; inventory "
+        f"{inventory_path(lab)}")
+
+
+def cmd_down(lab: Lab) -> None:
+    hosts = lab.recorded_hosts()
+    for meta in hosts:
+        log(f"{meta['name']}: stopping nspawn pid {meta['pid']}")
+        stop_host(meta)
+    inv = inventory_path(lab)
+    if inv.exists():
+        inv.unlink()
+    log(f"{len(hosts)} host(s) stopped and removed")
+
+
+def cmd_status(lab: Lab) -> int:
+    hosts = lab.recorded_hosts()
+    if not hosts:
+        log("no hosts")
+        return 0
+    bad = 0
+    for meta in hosts:
+        healthy = host_healthy(lab, meta)
+        bad += not healthy
+        print(f"{meta['name']:<16} {meta['address']:<14} pid {meta['pid']:<8} "
+              f"{'healthy' if healthy else 'UNHEALTHY'}")
+    return 1 if bad else 0
+
+
+def inventory_path(lab: Lab) -> Path:
+    override = os.environ.get("LAB_INVENTORY")
+    return Path(override) if override else REPO / "inventories" / "lab" / "hosts.yml"
+
+
+def write_inventory(lab: Lab, count: int) -> None:
+    lines = ["# Generated by tests/lab/lab.py; do not edit.", "---", "all:", "  children:",
+             "    gpu:", "      hosts:"]
+    for index in range(1, count + 1):
+        host = lab.host(index)
+        lines += [f"        {host['name']}:", f"          ansible_host: {host['address']}",
+                  f"          sglang_host: {host['address']}"]
+    lines += ["      vars:", "        ansible_user: root", f"        ansible_port: {lab.ssh_port}",
+              f"        ansible_ssh_private_key_file: {lab.key}",
+              "        ansible_ssh_common_args: >-",
+              "          -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
+              "        ansible_python_interpreter: /usr/bin/python3",
+              "        sglang_python: /opt/sglang/venv/bin/python"]
+    path = inventory_path(lab)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("command", choices=["build-rootfs", "up", "down", "status", "inventory"])
+    parser.add_argument("--hosts", type=int, default=int(os.environ.get("HOSTS", 3)))
+    parser.add_argument("--name", default=os.environ.get("LAB_NAME", "gpflab"))
+    parser.add_argument("--net", default=os.environ.get("LAB_NET", "127.0.1"))
+    parser.add_argument("--first", type=int, default=int(os.environ.get("LAB_FIRST", 11)))
+    parser.add_argument("--ssh-port", type=int, default=int(os.environ.get("LAB_SSH_PORT", 22)))
+    args = parser.parse_args(argv)
+    try:
+        if not 1 <= args.hosts <= 50:
+            raise LabError("HOSTS must be between 1 and 50")
+        if args.first + args.hosts - 1 > 254:
+            raise LabError("LAB_FIRST + HOSTS runs past .254")
+        lab = Lab(args.name, args.net, args.first, args.ssh_port)
+        if args.command == "build-rootfs":
+            build_rootfs()
+        elif args.command == "up":
+            cmd_up(lab, args.hosts)
+        elif args.command == "down":
+            cmd_down(lab)
+        elif args.command == "status":
+            return cmd_status(lab)
+        elif args.command == "inventory":
+            write_inventory(lab, len(lab.recorded_hosts()))
+    except LabError as exc:
+        print(f"lab: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
