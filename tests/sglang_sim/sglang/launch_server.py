@@ -1,0 +1,25 @@
+"""Launch the inference server (simulated)."""
+
+import os
+import sys
+import warnings
+
+from sglang.srt.server_args import prepare_server_args
+
+
+def run_server(server_args):
+    from sglang.srt.entrypoints.http_server import launch_server
+
+    launch_server(server_args)
+
+
+if __name__ == "__main__":
+    warnings.warn(
+        "'python -m sglang.launch_server' is still supported, but "
+        "'sglang serve' is the recommended entrypoint.\n"
+        "  Example: sglang serve --model-path <model> [options]",
+        UserWarning,
+        stacklevel=1,
+    )
+    server_args = prepare_server_args(sys.argv[1:])
+    run_server(server_args)
