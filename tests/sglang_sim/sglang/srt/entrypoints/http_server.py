@@ -1,0 +1,1041 @@
+"""Simulated SGLang HTTP server: process tree, startup logs, HTTP API, shutdown.
+
+Stdlib only.  Structure mirrors the real server: the main process (tokenizer
+manager + HTTP) forks one "scheduler" child per local TP rank; the children
+"load" the model and log the scheduler lines; the main process opens the port
+only once every child reported ready, warms up with /model_info + /generate
+and then logs "The server is fired up and ready to roll!".
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from sglang._sim_profile import at_least, selected_version
+from sglang.srt.server_args import window_key
+from sglang.srt.utils.common import log, rank_prefix, write_line
+
+# --------------------------------------------------------------------------
+# configuration from the environment
+# --------------------------------------------------------------------------
+
+
+def _env_float(name, default):
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return float(default)
+
+
+def parse_faults(text=None):
+    """SGLANG_SIM_FAULT="a,b=3" -> {"a": None, "b": "3"}."""
+    text = os.environ.get("SGLANG_SIM_FAULT", "") if text is None else text
+    faults = {}
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        faults[name.strip()] = value.strip() or None
+    return faults
+
+
+WORDS = (
+    "the of and to in is was for on that with as by at from it an be this which or are "
+    "model token server cache draft window block tree batch decode prefill kernel graph "
+    "memory rank tensor expert layer weight shard request stream router health latency"
+).split()
+
+
+def count_tokens(text):
+    return len(re.findall(r"\w+|[^\w\s]", text)) + 1  # + BOS
+
+
+# --------------------------------------------------------------------------
+# speculative decoding model (deterministic, plausible)
+# --------------------------------------------------------------------------
+
+
+class SpecModel:
+    """Expected accept length per verify step from the settings.
+
+    Per-token draft acceptance alpha; a verify of a block of B tokens accepts
+    (1 - alpha**B) / (1 - alpha) tokens on average (geometric run + bonus).
+    A draft window W narrows what the draft sees: small windows lose quality.
+    """
+
+    def __init__(self, server_args, effective_window):
+        self.algorithm = server_args.speculative_algorithm
+        self.block_size = int(server_args.speculative_num_draft_tokens or 1)
+        self.window = effective_window
+        self.tree_budget = getattr(server_args, "speculative_ddtree_tree_budget", None)
+        self.enabled = self.algorithm is not None
+
+    def alpha(self):
+        alpha = 0.80
+        if self.algorithm in ("EAGLE", "EAGLE3", "NEXTN"):
+            alpha = 0.72
+        elif self.algorithm in ("NGRAM", "STANDALONE"):
+            alpha = 0.55
+        if self.window is not None:
+            alpha -= 0.30 * math.exp(-float(self.window) / 512.0)
+        if self.algorithm == "DDTREE" and self.tree_budget:
+            alpha = 1.0 - (1.0 - alpha) / (1.0 + math.log2(max(1, int(self.tree_budget))) / 4.0)
+        return max(0.05, min(alpha, 0.97))
+
+    def accept_length(self, key=""):
+        if not self.enabled:
+            return 1.0
+        alpha = self.alpha()
+        blocks = self.block_size
+        length = (1.0 - alpha**blocks) / (1.0 - alpha)
+        # small deterministic per-prompt variation (+-4%)
+        jitter = (int(hashlib.sha256(key.encode()).hexdigest()[:4], 16) / 65535.0 - 0.5) * 0.08
+        return max(1.0, min(float(blocks), length * (1.0 + jitter)))
+
+    def step_seconds(self, token_seconds):
+        if not self.enabled:
+            return token_seconds
+        # a bigger block/tree makes each verify a bit more expensive
+        extra = self.block_size / 64.0
+        if self.algorithm == "DDTREE" and self.tree_budget:
+            extra += int(self.tree_budget) / 512.0
+        return token_seconds * (1.0 + extra)
+
+
+# --------------------------------------------------------------------------
+# scheduler child processes
+# --------------------------------------------------------------------------
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+class Layout:
+    """Ranks hosted by this node and their log prefixes."""
+
+    def __init__(self, sa):
+        self.tp = int(sa.tp_size or 1)
+        self.pp = int(sa.pp_size or 1)
+        self.dp = int(sa.dp_size or 1)
+        self.ep = int(sa.ep_size or 1)
+        self.nnodes = max(1, int(getattr(sa, "nnodes", 1) or 1))
+        self.node_rank = int(getattr(sa, "node_rank", 0) or 0)
+        ranks = []
+        world = self.tp * self.pp
+        per_node = max(1, world // self.nnodes)
+        first = per_node * self.node_rank
+        for flat in range(first, min(world, first + per_node)):
+            pp_rank, tp_rank = divmod(flat, self.tp)
+            for dp_rank in range(self.dp if not getattr(sa, "enable_dp_attention", False) else 1):
+                ranks.append((dp_rank, pp_rank, tp_rank))
+        self.ranks = ranks[:16]
+
+    def prefix(self, dp_rank, pp_rank, tp_rank):
+        ep_rank = tp_rank // max(1, self.tp // self.ep)
+        return rank_prefix(dp_size=self.dp, dp_rank=dp_rank, pp_size=self.pp, pp_rank=pp_rank,
+                           tp_size=self.tp, tp_rank=tp_rank, ep_size=self.ep, ep_rank=ep_rank)
+
+    @property
+    def rank0_prefix(self):
+        return self.prefix(0, 0, 0)
+
+
+def draft_attention_backend(sa):
+    backend = sa.speculative_draft_attention_backend or getattr(sa, "attention_backend", None)
+    if backend not in ("flashinfer", "fa3", "fa4", "triton"):
+        backend = "flashinfer"
+    return backend
+
+
+def max_total_num_tokens(sa):
+    if getattr(sa, "max_total_tokens", None):
+        return int(sa.max_total_tokens)
+    fraction = sa.mem_fraction_static or 0.88
+    return int(400000 * fraction) // 16 * 16
+
+
+def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
+    """Body of one scheduler child.  Never returns."""
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    dp_rank, pp_rank, tp_rank = rank
+    prefix = layout.prefix(dp_rank, pp_rank, tp_rank)
+    is_rank0 = tp_rank == 0 and pp_rank == 0 and dp_rank == 0
+    shards = max(1, int(_env_float("SGLANG_SIM_NUM_SHARDS", 16)))
+    spec = sa.speculative_algorithm
+    parent = os.getppid()
+
+    def at(fraction):
+        delay = start + load_seconds * fraction - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def say(message):
+        log(message, prefix)
+
+    try:
+        avail = 78.50
+        say("Init torch distributed begin.")
+        at(0.03)
+        say("Init torch distributed ends. mem usage=0.31 GB")
+        say(f"Load weight begin. avail mem={avail:.2f} GB")
+        if "crash_during_load" in faults and is_rank0:
+            at(0.30)
+            raise RuntimeError(
+                "CUDA error: an illegal memory access was encountered (simulated crash_during_load)"
+            )
+        tic = time.monotonic()
+        for shard in range(1, shards + 1):
+            at(0.05 + 0.60 * shard / shards)
+            if is_rank0:
+                elapsed = time.monotonic() - tic
+                rate = shard / elapsed if elapsed > 0 else 0.0
+                remaining = (shards - shard) / rate if rate > 0 else 0.0
+                write_line(
+                    "Loading safetensors checkpoint shards: %3.0f%% Completed | %d/%d [%s<%s, %.2fit/s]"
+                    % (100.0 * shard / shards, shard, shards, _mmss(elapsed), _mmss(remaining), rate)
+                )
+        used = 68.12 / max(1, layout.tp)
+        say(
+            f"Load weight end. elapsed={time.monotonic() - tic:.2f} s, type=DeepseekV3ForCausalLM, "
+            f"avail mem={avail - used:.2f} GB, mem usage={used:.2f} GB."
+        )
+        tokens = max_total_num_tokens(sa)
+        at(0.72)
+        say(f"KV Cache is allocated. #tokens: {tokens}, KV size: {tokens * 70 / 1e6:.2f} GB")
+        say(f"Memory pool end. avail mem={avail - used - 4.2:.2f} GB")
+        graph_tic = time.monotonic()
+        say(
+            "Capture cuda graph begin. This can take up to several minutes. "
+            f"avail mem={avail - used - 4.2:.2f} GB"
+        )
+        if is_rank0:
+            say("Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]")
+        at(0.88)
+        say(
+            f"Capture cuda graph end. Time elapsed: {time.monotonic() - graph_tic:.2f} s. "
+            f"mem usage=1.32 GB. avail mem={avail - used - 5.52:.2f} GB."
+        )
+        flood = int(faults.get("log_flood") or 0) if "log_flood" in faults else 0
+        if flood and is_rank0:
+            for i in range(flood):
+                say(
+                    "Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal! "
+                    f"Config file not found at fused_moe_triton/configs/E=384,N=256,device_name=NVIDIA_H200.json ({i + 1}/{flood})"
+                )
+        if spec in ("DFLASH", "DDTREE"):
+            at(0.92)
+            say(f"Load weight begin. avail mem={avail - used - 5.52:.2f} GB")
+            say(
+                f"Load weight end. elapsed={load_seconds * 0.03:.2f} s, type=DFlashDraftModel, "
+                f"avail mem={avail - used - 7.1:.2f} GB, mem usage=1.58 GB."
+            )
+            if is_rank0:
+                block = int(sa.speculative_num_draft_tokens)
+                if spec == "DFLASH" and "no_config_line" not in faults:
+                    window = runtime_window(sa, faults)
+                    say(
+                        "Initialized DFLASH draft runner. attention_backend=%s, model=%s, block_size=%s, draft_window_size=%s, compact_cache=%s"
+                        % (draft_attention_backend(sa), "DFlashDraftModel", block, window, window is not None)
+                    )
+                    ready_text = "DFLASH draft runner ready. mask_token=%s, mask_token_id=%s, mask_token_id_override=%s" % (
+                        "<|MASK|>", 163838, None)
+                    if at_least("0.5.20"):
+                        ready_text += ", noise_embed_scale=%s" % 1.0
+                    say(ready_text)
+                elif spec == "DDTREE" and "no_config_line" not in faults:
+                    budget = int(sa.speculative_ddtree_tree_budget)
+                    say(
+                        "Initialized DDTree worker. block_size=%s, tree_budget=%s, max_tree_nodes=%s"
+                        % (block, budget, budget + 1)
+                    )
+        at(0.97)
+        if is_rank0:
+            say(
+                f"max_total_num_tokens={tokens}, chunked_prefill_size={sa.chunked_prefill_size or 8192}, "
+                f"max_prefill_tokens={sa.max_prefill_tokens}, "
+                f"max_running_requests={sa.max_running_requests or 256}, "
+                f"context_len={sa.context_length or 262144}, available_gpu_mem={avail - used - 7.1:.2f} GB"
+            )
+        at(1.0)
+        if "hang_during_load" in faults:
+            while True:
+                time.sleep(3600)
+        os.write(ready_fd, b"r")
+        os.close(ready_fd)
+        crash_after = faults.get("crash_after_ready") if "crash_after_ready" in faults else None
+        if crash_after is not None and is_rank0:
+            time.sleep(float(crash_after or 0))
+            raise RuntimeError(
+                "CUDA error: unspecified launch failure (simulated crash_after_ready)"
+            )
+        while True:
+            time.sleep(3600)
+    except Exception as exc:  # the real scheduler's last words
+        say(
+            "Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 3930, in run_scheduler_process\n'
+            "    scheduler.event_loop_overlap()\n"
+            f"{type(exc).__name__}: {exc}\n"
+        )
+        try:
+            os.kill(parent, signal.SIGQUIT)
+        except OSError:
+            pass
+        os._exit(1)
+
+
+def _mmss(seconds):
+    seconds = int(seconds)
+    return "%02d:%02d" % divmod(seconds, 60)
+
+
+def runtime_window(sa, faults):
+    """Window the DFLASH worker really uses (None under the ignore_window fault)."""
+    if "ignore_window" in faults:
+        return None
+    value = getattr(sa, window_key(), None)
+    return int(value) if value is not None else None
+
+
+# --------------------------------------------------------------------------
+# engine: generation, stats, state
+# --------------------------------------------------------------------------
+
+
+class Engine:
+    def __init__(self, sa, faults, layout):
+        self.sa = sa
+        self.faults = faults
+        self.layout = layout
+        self.version = selected_version()
+        self.status = "Starting"
+        self.gracefully_exit = False
+        self.lock = threading.Lock()
+        self.in_flight = {}
+        self.seen_prompts = set()
+        self.token_seconds = _env_float("SGLANG_SIM_TOKEN_SECONDS", 0.002)
+        window = runtime_window(sa, faults) if sa.speculative_algorithm == "DFLASH" else None
+        self.spec = SpecModel(sa, window)
+        self.generation_tokens_total = 0
+        self.prompt_tokens_total = 0
+        self.requests_total = 0
+        self.spec_accepted_total = 0
+        self.spec_verify_total = 0
+        # decode-log accounting (every decode_log_interval verify steps)
+        self.decode_steps = 0
+        self.interval_accepted = 0
+        self.interval_verify = 0
+        self.interval_tic = time.monotonic()
+        self.interval_tokens = 0
+        self.decode_log_interval = int(getattr(sa, "decode_log_interval", 40) or 40)
+        self.max_total_num_tokens = max_total_num_tokens(sa)
+        self.worker_id = os.environ.get("SGLANG_SIM_WORKER_ID") or f"{sa.host}:{sa.port}"
+        self.ready_event = threading.Event()
+        self.hang_event = threading.Event()
+
+    @property
+    def served_model_name(self):
+        return self.sa.served_model_name or self.sa.model_path
+
+    # ---- generation -------------------------------------------------------
+    def generate_one(self, prompt_key, prompt_tokens, sampling, rid, stream_cb=None):
+        max_new = sampling.get("max_new_tokens", 128)
+        if max_new is None:
+            max_new = 128
+        temperature = float(sampling.get("temperature", 1.0) if sampling.get("temperature") is not None else 1.0)
+        max_new = int(max_new)
+        tic = time.time()
+        with self.lock:
+            self.in_flight[rid] = True
+            cached = prompt_tokens - 1 if prompt_key in self.seen_prompts else 0
+            self.seen_prompts.add(prompt_key)
+        try:
+            if temperature == 0:
+                rng = random.Random(hashlib.sha256(prompt_key.encode()).hexdigest())
+            else:
+                rng = random.Random(rid)
+            ids = [rng.randrange(100, 160000) for _ in range(max_new)]
+            words = [WORDS[i % len(WORDS)] for i in ids]
+            accept = self.spec.accept_length(prompt_key)
+            verify_ct = int(math.ceil(max_new / accept)) if max_new else 0
+            step = self.spec.step_seconds(self.token_seconds)
+            produced = 0
+            for n in range(verify_ct):
+                time.sleep(step)
+                previous = produced
+                produced = min(max_new, int(round((n + 1) * max_new / verify_ct)))
+                self._count_step(produced - previous)
+                if stream_cb is not None:
+                    stream_cb(words[:produced], ids[:produced], produced)
+        finally:
+            with self.lock:
+                self.in_flight.pop(rid, None)
+        text = " " + " ".join(words) if words else ""
+        meta = {
+            "id": rid,
+            "finish_reason": {"type": "length", "length": max_new},
+            "prompt_tokens": prompt_tokens,
+            "weight_version": "default",
+            "completion_tokens": max_new,
+            "cached_tokens": cached,
+            "e2e_latency": round(time.time() - tic, 6),
+        }
+        if self.spec.enabled:
+            verify = max(1, verify_ct)
+            length = max_new / verify if max_new else 0.0
+            meta["spec_verify_ct"] = verify_ct
+            meta["spec_accept_length"] = round(length, 4)
+            drafts = max(1, int(self.sa.speculative_num_draft_tokens or 1) - 1)
+            meta["spec_accept_rate"] = round(max(0.0, (length - 1.0) / drafts), 4)
+            meta["spec_accept_token_num"] = max(0, max_new - verify_ct)
+            meta["spec_draft_token_num"] = verify_ct * drafts
+        meta["sim_worker"] = self.worker_id
+        with self.lock:
+            self.generation_tokens_total += max_new
+            self.prompt_tokens_total += prompt_tokens
+            self.requests_total += 1
+            if self.spec.enabled:
+                self.spec_accepted_total += max_new
+                self.spec_verify_total += verify_ct
+        return {"text": text, "output_ids": ids, "meta_info": meta}
+
+    def _count_step(self, tokens):
+        line = None
+        with self.lock:
+            self.decode_steps += 1
+            self.interval_verify += 1
+            self.interval_accepted += tokens
+            self.interval_tokens += tokens
+            if self.decode_steps % self.decode_log_interval == 0:
+                gap = max(1e-6, time.monotonic() - self.interval_tic)
+                running = len(self.in_flight)
+                used = min(self.max_total_num_tokens, running * 600)
+                msg = (f"Decode batch, #running-req: {running}, #token: {used}, "
+                       f"token usage: {used / self.max_total_num_tokens:.2f}, ")
+                if self.spec.enabled:
+                    acc_len = self.interval_accepted / max(1, self.interval_verify)
+                    drafts = max(1, int(self.sa.speculative_num_draft_tokens or 1) - 1)
+                    rate = max(0.0, (self.interval_accepted - self.interval_verify) / (self.interval_verify * drafts))
+                    msg += f"accept len: {acc_len:.2f}, accept rate: {rate:.2f}, "
+                msg += (f"cuda graph: True, gen throughput (token/s): {self.interval_tokens / gap:.2f}, "
+                        f"#queue-req: 0")
+                line = msg
+                self.interval_accepted = self.interval_verify = self.interval_tokens = 0
+                self.interval_tic = time.monotonic()
+        if line:
+            log(line, self.layout.rank0_prefix)
+
+    def avg_spec_accept_length(self):
+        if not self.spec.enabled or not self.spec_verify_total:
+            return 0.0 if not self.spec.enabled else round(self.spec.accept_length(""), 4)
+        return self.spec_accepted_total / self.spec_verify_total
+
+    def server_info(self):
+        info = {}
+        for key, value in self.sa.to_dict().items():
+            try:
+                json.dumps(value)
+            except TypeError:
+                value = repr(value)
+            info[key] = value
+        info.update({
+            "max_total_num_tokens": self.max_total_num_tokens,
+            "max_req_input_len": self.max_total_num_tokens - 2,
+            "internal_states": [
+                {
+                    **{k: info[k] for k in ("speculative_algorithm", "speculative_num_draft_tokens")},
+                    "dp_rank": dp,
+                    "avg_spec_accept_length": self.avg_spec_accept_length(),
+                    "last_gen_throughput": 0.0,
+                    "memory_usage": {"weight": 68.12 / max(1, self.layout.tp), "kvcache": 27.4,
+                                     "token_capacity": self.max_total_num_tokens, "graph": 1.32},
+                }
+                for dp in range(int(self.sa.dp_size or 1))
+            ],
+            "version": self.version,
+            "status": self.status,
+        })
+        return info
+
+    def model_info(self):
+        return {
+            "model_path": self.sa.model_path,
+            "tokenizer_path": self.sa.tokenizer_path or self.sa.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": self.sa.preferred_sampling_params,
+            "weight_version": "default",
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": "kimi_k2",
+            "architectures": ["DeepseekV3ForCausalLM"],
+        }
+
+    def metrics(self):
+        name = self.served_model_name
+        labels = f'model_name="{name}",engine_type="unified",tp_rank="0",pp_rank="0"'
+        acc = self.avg_spec_accept_length() if self.spec.enabled else 0.0
+        drafts = max(1, int(self.sa.speculative_num_draft_tokens or 1) - 1)
+        rate = max(0.0, (acc - 1.0) / drafts) if self.spec.enabled else 0.0
+        lines = [
+            "# HELP sglang:spec_accept_length The average acceptance length of speculative decoding.",
+            "# TYPE sglang:spec_accept_length gauge",
+            f"sglang:spec_accept_length{{{labels}}} {acc}",
+            "# HELP sglang:spec_accept_rate The average acceptance rate of speculative decoding.",
+            "# TYPE sglang:spec_accept_rate gauge",
+            f"sglang:spec_accept_rate{{{labels}}} {rate}",
+            "# HELP sglang:num_running_reqs The number of running requests.",
+            "# TYPE sglang:num_running_reqs gauge",
+            f"sglang:num_running_reqs{{{labels}}} {len(self.in_flight)}",
+            "# HELP sglang:generation_tokens_total Number of generation tokens processed.",
+            "# TYPE sglang:generation_tokens_total counter",
+            f"sglang:generation_tokens_total{{{labels}}} {float(self.generation_tokens_total)}",
+            "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.",
+            "# TYPE sglang:prompt_tokens_total counter",
+            f"sglang:prompt_tokens_total{{{labels}}} {float(self.prompt_tokens_total)}",
+            "# HELP sglang:num_requests_total Number of requests processed.",
+            "# TYPE sglang:num_requests_total counter",
+            f"sglang:num_requests_total{{{labels}}} {float(self.requests_total)}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# HTTP
+# --------------------------------------------------------------------------
+
+
+class BadRequest(Exception):
+    pass
+
+
+def _access_log(client, method, path, status):
+    reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+              405: "Method Not Allowed", 503: "Service Unavailable"}.get(status, "")
+    write_line(f'INFO:     {client[0]}:{client[1]} - "{method} {path} HTTP/1.1" {status} {reason}', fd=1)
+
+
+def make_handler(engine):
+    sa = engine.sa
+    open_paths = ("/health", "/metrics")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "uvicorn"
+        sys_version = ""
+
+        def log_message(self, *args):  # access log is written by _send
+            pass
+
+        # ---- helpers --------------------------------------------------
+        def _send(self, status, body=b"", content_type="application/json", extra=None):
+            if isinstance(body, (dict, list)):
+                body = json.dumps(body).encode()
+            elif isinstance(body, str):
+                body = body.encode()
+            self.send_response(status)
+            if body or status != 200 or content_type != "application/json":
+                self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.send_header("x-sglang-sim-worker", engine.worker_id)
+            for key, value in (extra or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            if sa.log_requests or os.environ.get("SGLANG_SIM_ACCESS_LOG", "1") != "0":
+                _access_log(self.client_address, self.command, self.path, status)
+
+        def _json_body(self):
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if not raw:
+                return {}
+            try:
+                return json.loads(raw)
+            except ValueError as exc:
+                raise BadRequest(f"Invalid JSON body: {exc}")
+
+        def _authorized(self, path):
+            if not sa.api_key or path.startswith(open_paths):
+                return True
+            return self.headers.get("authorization", "") == f"Bearer {sa.api_key}"
+
+        def _route(self, method):
+            path = self.path.split("?", 1)[0]
+            if not self._authorized(path):
+                return self._send(401, {"error": "Unauthorized"})
+            routes = ROUTES.get(path)
+            if routes is None and path.startswith("/v1/models/"):
+                routes = {"GET": Handler.model_by_id}
+            if routes is None:
+                return self._send(404, {"detail": "Not Found"})
+            handler = routes.get(method) or (routes.get("GET") if method == "HEAD" else None)
+            if handler is None:
+                return self._send(405, {"detail": "Method Not Allowed"})
+            try:
+                return handler(self)
+            except BadRequest as exc:
+                return self._send(400, {"error": {"message": str(exc)}})
+            except (BrokenPipeError, ConnectionResetError):
+                return None
+
+        def do_GET(self):
+            self._route("GET")
+
+        def do_POST(self):
+            self._route("POST")
+
+        def do_PUT(self):
+            self._route("PUT")
+
+        def do_HEAD(self):
+            self._route("HEAD")
+
+        def do_DELETE(self):
+            self._route("DELETE")
+
+        # ---- endpoints ------------------------------------------------
+        def health(self):
+            if engine.gracefully_exit:
+                log("Health check request received during shutdown. Returning 503.")
+                return self._send(503)
+            if engine.status != "Up":
+                return self._send(503)
+            return self._send(200)
+
+        def ready(self):
+            if engine.gracefully_exit or engine.status != "Up":
+                return self._send(503, {"status": "not ready"})
+            return self._send(200, {"status": "ready"})
+
+        def model_info(self):
+            return self._send(200, engine.model_info())
+
+        def get_model_info(self):
+            log("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                "Please use '/model_info' instead.")
+            return self.model_info()
+
+        def server_info(self):
+            return self._send(200, engine.server_info())
+
+        def get_server_info(self):
+            log("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                "Please use '/server_info' instead.")
+            return self.server_info()
+
+        def models(self):
+            return self._send(200, {"object": "list", "data": [self._model_card()]})
+
+        def _model_card(self):
+            return {
+                "id": engine.served_model_name,
+                "object": "model",
+                "created": int(engine_started),
+                "owned_by": "sglang",
+                "root": engine.served_model_name,
+                "parent": None,
+                "max_model_len": int(sa.context_length or 262144),
+            }
+
+        def model_by_id(self):
+            name = self.path.split("?", 1)[0][len("/v1/models/"):]
+            if name != engine.served_model_name:
+                return self._send(404, {"object": "error", "message": f"The model `{name}` does not exist.",
+                                        "type": "NotFoundError", "param": None, "code": 404})
+            return self._send(200, self._model_card())
+
+        def metrics(self):
+            if not sa.enable_metrics:
+                return self._send(404, {"detail": "Not Found"})
+            return self._send(200, engine.metrics(), "text/plain; version=0.0.4; charset=utf-8")
+
+        def get_load(self):
+            running = len(engine.in_flight)
+            return self._send(200, [{"dp_rank": dp, "num_reqs": running, "num_waiting_reqs": 0,
+                                     "num_tokens": running * 600, "num_pending_tokens": 0,
+                                     "ts_tic": time.time()} for dp in range(int(sa.dp_size or 1))])
+
+        def flush_cache(self):
+            with engine.lock:
+                engine.seen_prompts.clear()
+            return self._send(200, "Cache flushed.\nPlease check backend logs for more details. "
+                                   "(When there are running or waiting requests, the operation will not be performed.)\n",
+                              "text/plain; charset=utf-8")
+
+        def _maybe_hang(self):
+            if "health_ok_generate_hangs" in engine.faults and engine.status == "Up":
+                engine.hang_event.wait()
+
+        def generate(self):
+            body = self._json_body()
+            if not isinstance(body, dict):
+                raise BadRequest("The request body must be a JSON object.")
+            text = body.get("text")
+            input_ids = body.get("input_ids")
+            if text is None and input_ids is None and body.get("input_embeds") is None:
+                raise BadRequest("Either text, input_ids or input_embeds should be provided.")
+            sampling = body.get("sampling_params") or {}
+            if isinstance(sampling, list):
+                sampling = sampling[0] if sampling else {}
+            if not isinstance(sampling, dict):
+                raise BadRequest("sampling_params must be an object.")
+            max_new = sampling.get("max_new_tokens", 128)
+            if max_new is not None and (not isinstance(max_new, int) or max_new < 0):
+                raise BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
+            temperature = sampling.get("temperature", 1.0)
+            if temperature is not None and (not isinstance(temperature, (int, float)) or temperature < 0):
+                raise BadRequest(f"temperature must be non-negative, got {temperature}.")
+            prompts = []
+            if text is not None:
+                batch = isinstance(text, list)
+                for item in (text if batch else [text]):
+                    if not isinstance(item, str):
+                        raise BadRequest("text must be a string or a list of strings.")
+                    prompts.append((item, count_tokens(item)))
+            else:
+                batch = bool(input_ids) and isinstance(input_ids[0], list)
+                for item in (input_ids if batch else [input_ids]):
+                    if not isinstance(item, list) or not all(isinstance(i, int) for i in item):
+                        raise BadRequest("input_ids must be a list of integers.")
+                    prompts.append((json.dumps(item), max(1, len(item))))
+            self._maybe_hang()
+            rid = body.get("rid") or uuid.uuid4().hex
+            if body.get("stream"):
+                return self._stream(prompts[0], sampling, rid if isinstance(rid, str) else uuid.uuid4().hex)
+            results = []
+            threads = []
+            for index, (key, tokens) in enumerate(prompts):
+                this_rid = rid if not batch else (rid[index] if isinstance(rid, list) else f"{rid}_{index}")
+                results.append(None)
+
+                def run(i=index, k=key, t=tokens, r=this_rid):
+                    results[i] = engine.generate_one(k, t, sampling, r)
+
+                worker = threading.Thread(target=run, daemon=True)
+                worker.start()
+                threads.append(worker)
+            for worker in threads:
+                worker.join()
+            return self._send(200, results if batch else results[0])
+
+        def _stream(self, prompt, sampling, rid):
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("x-sglang-sim-worker", engine.worker_id)
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
+            def chunk(words, ids, produced):
+                payload = {"text": " " + " ".join(words), "output_ids": ids,
+                           "meta_info": {"id": rid, "finish_reason": None, "completion_tokens": produced,
+                                         "sim_worker": engine.worker_id}}
+                try:
+                    self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+                    self.wfile.flush()
+                except OSError:
+                    pass
+
+            result = engine.generate_one(prompt[0], prompt[1], sampling, rid, stream_cb=chunk)
+            try:
+                self.wfile.write(b"data: " + json.dumps(result).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+            except OSError:
+                pass
+            _access_log(self.client_address, "POST", self.path, 200)
+
+        def completions(self, chat=False):
+            body = self._json_body()
+            if not isinstance(body, dict):
+                raise BadRequest("The request body must be a JSON object.")
+            if chat:
+                messages = body.get("messages")
+                if not isinstance(messages, list) or not messages:
+                    raise BadRequest("messages must be a non-empty list.")
+                prompt = json.dumps(messages)
+            else:
+                prompt = body.get("prompt")
+                if prompt is None:
+                    raise BadRequest("prompt is required.")
+                prompt = prompt if isinstance(prompt, str) else json.dumps(prompt)
+            max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 16
+            self._maybe_hang()
+            rid = uuid.uuid4().hex
+            result = engine.generate_one(prompt, count_tokens(prompt),
+                                         {"max_new_tokens": int(max_tokens),
+                                          "temperature": body.get("temperature", 1.0)}, rid)
+            meta = result["meta_info"]
+            usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                     "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+            if chat:
+                choice = {"index": 0, "message": {"role": "assistant", "content": result["text"].strip()},
+                          "finish_reason": "length"}
+                obj = "chat.completion"
+            else:
+                choice = {"index": 0, "text": result["text"], "logprobs": None, "finish_reason": "length"}
+                obj = "text_completion"
+            return self._send(200, {"id": rid, "object": obj, "created": int(time.time()),
+                                    "model": engine.served_model_name, "choices": [choice], "usage": usage,
+                                    "sim_worker": engine.worker_id})
+
+        def chat_completions(self):
+            return self.completions(chat=True)
+
+    ROUTES = {
+        "/health": {"GET": Handler.health},
+        "/health_generate": {"GET": Handler.health},
+        "/model_info": {"GET": Handler.model_info},
+        "/get_model_info": {"GET": Handler.get_model_info},
+        "/server_info": {"GET": Handler.server_info},
+        "/get_server_info": {"GET": Handler.get_server_info},
+        "/v1/models": {"GET": Handler.models},
+        "/metrics": {"GET": Handler.metrics},
+        "/get_load": {"GET": Handler.get_load},
+        "/v1/loads": {"GET": Handler.get_load},
+        "/flush_cache": {"GET": Handler.flush_cache, "POST": Handler.flush_cache},
+        "/generate": {"POST": Handler.generate, "PUT": Handler.generate},
+        "/v1/completions": {"POST": Handler.completions},
+        "/v1/chat/completions": {"POST": Handler.chat_completions},
+    }
+    if at_least("0.5.23"):
+        ROUTES["/ready"] = {"GET": Handler.ready}
+    engine_started = time.time()
+    return Handler
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    allow_reuse_address = True
+
+    def handle_error(self, request, client_address):
+        pass  # client went away; uvicorn stays quiet about it too
+
+
+# --------------------------------------------------------------------------
+# launch
+# --------------------------------------------------------------------------
+
+
+class Launcher:
+    def __init__(self, sa):
+        self.sa = sa
+        self.faults = parse_faults()
+        self.layout = Layout(sa)
+        self.children = []
+        self.engine = Engine(sa, self.faults, self.layout)
+        self.httpd = None
+        self.version = selected_version()
+        self.exit_code = 0
+
+    # ---- process tree --------------------------------------------------
+    def kill_children(self):
+        for pid in self.children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in self.children:
+            try:
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+        self.children = []
+
+    def kill_process_tree_and_self(self):
+        """0.5.11's kill_process_tree(os.getpid()): children, then SIGKILL itself."""
+        self.kill_children()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def launch_phase_sigquit(self, signum, frame):
+        log("Received sigquit from a child process. It usually means the child failed.")
+        self.kill_process_tree_and_self()
+
+    def running_phase_sigquit(self, signum, frame):
+        log("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        self.kill_process_tree_and_self()
+
+    # ---- main ----------------------------------------------------------
+    def run(self):
+        sa = self.sa
+        if at_least("0.5.20"):
+            log(f"server_args={sa.to_dict()}")
+        else:
+            log(f"server_args={sa!r}")
+        load_seconds = max(0.0, _env_float("SGLANG_SIM_LOAD_SECONDS", 3.0))
+        signal.signal(signal.SIGQUIT, self.launch_phase_sigquit)
+        read_fd, write_fd = os.pipe()
+        start = time.monotonic()
+        for rank in self.layout.ranks:
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                try:
+                    scheduler_main(sa, self.layout, rank, write_fd, self.faults, load_seconds, start)
+                finally:
+                    os._exit(1)
+            self.children.append(pid)
+        os.close(write_fd)
+        # Wait for every scheduler; SIGTERM here keeps its default action (die).
+        got = 0
+        while got < len(self.layout.ranks):
+            try:
+                data = os.read(read_fd, 64)
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            got += len(data)
+        os.close(read_fd)
+        if got < len(self.layout.ranks):
+            time.sleep(1.0)  # a dying child signals us; give the handler time to run
+            log("Received sigquit from a child process. It usually means the child failed.")
+            self.kill_process_tree_and_self()
+        self.serve()
+
+    def serve(self):
+        sa = self.sa
+        engine = self.engine
+        host = sa.host or "127.0.0.1"
+        try:
+            self.httpd = SimHTTPServer((host, int(sa.port)), make_handler(engine))
+        except OSError as exc:
+            write_line(f"INFO:     Started server process [{os.getpid()}]")
+            write_line("INFO:     Waiting for application startup.")
+            write_line("INFO:     Application startup complete.")
+            write_line(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                       f"('{host}', {sa.port}): {exc.strerror.lower() if exc.strerror else exc}")
+            write_line("INFO:     Waiting for application shutdown.")
+            write_line("INFO:     Application shutdown complete.")
+            self.kill_children()
+            sys.exit(1)
+        if "orphan_on_stop" in self.faults:
+            self._spawn_orphan()
+        signal.signal(signal.SIGQUIT, self.running_phase_sigquit)
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        signal.signal(signal.SIGINT, self.on_sigterm)
+        write_line(f"INFO:     Started server process [{os.getpid()}]")
+        write_line("INFO:     Waiting for application startup.")
+        write_line("INFO:     Application startup complete.")
+        write_line(f"INFO:     Uvicorn running on http://{host}:{sa.port} (Press CTRL+C to quit)")
+        threading.Thread(target=self.warmup, daemon=True).start()
+        threading.Thread(target=self.sigterm_watchdog, daemon=True).start()
+        self.httpd.serve_forever(poll_interval=0.05)
+        # serve_forever returned: 0.5.23-style clean stop
+        write_line("INFO:     Shutting down")
+        write_line("INFO:     Waiting for application shutdown.")
+        write_line("INFO:     Application shutdown complete.")
+        write_line(f"INFO:     Finished server process [{os.getpid()}]")
+        sys.stdout.flush()
+        os._exit(0)
+
+    def warmup(self):
+        import urllib.request
+
+        sa = self.sa
+        url = sa.url()
+        headers = {"Content-Type": "application/json"}
+        if sa.api_key:
+            headers["Authorization"] = f"Bearer {sa.api_key}"
+        try:
+            request = urllib.request.Request(url + "/model_info", headers=headers)
+            urllib.request.urlopen(request, timeout=600).read()
+            if not sa.skip_server_warmup:
+                log("Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                    "#running-req: 0, #queue-req: 0, ", self.layout.rank0_prefix)
+                body = json.dumps({"text": "The capital city of France is",
+                                   "sampling_params": {"temperature": 0, "max_new_tokens": 8}}).encode()
+                request = urllib.request.Request(url + "/generate", data=body, headers=headers, method="POST")
+                urllib.request.urlopen(request, timeout=600).read()
+        except Exception as exc:
+            log(f"Initialization failed. warmup error: {exc}")
+            self.kill_process_tree_and_self()
+            return
+        self.engine.status = "Up"
+        log("The server is fired up and ready to roll!")
+
+    def _spawn_orphan(self):
+        """Fault orphan_on_stop: a grandchild that outlives us, still holding the port."""
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(write_fd)
+            if os.fork() != 0:
+                os._exit(0)  # re-parent the grandchild away from the main process
+            try:
+                while os.read(read_fd, 1):
+                    pass
+            except OSError:
+                pass
+            # main process is gone: keep answering on the inherited socket
+            self.engine.status = "Up"
+            self.engine.gracefully_exit = False
+            try:
+                self.httpd.serve_forever(poll_interval=0.05)
+            finally:
+                os._exit(0)
+        os.close(read_fd)
+        os.waitpid(pid, 0)
+        self._orphan_pipe = write_fd  # closed by the kernel when we exit
+
+    # ---- stopping ------------------------------------------------------
+    def on_sigterm(self, signum=None, frame=None):
+        if self.engine.gracefully_exit:
+            return
+        log("SIGTERM received. signum=None frame=None. Draining requests and shutting down...")
+        self.engine.gracefully_exit = True
+
+    def sigterm_watchdog(self):
+        poll = _env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0)
+        while not self.engine.gracefully_exit:
+            time.sleep(poll)
+        slow = self.faults.get("slow_stop") if "slow_stop" in self.faults else None
+        if slow is not None:
+            # keeps answering (as if SIGTERM took effect late)
+            self.engine.gracefully_exit = False
+            time.sleep(float(slow or 10))
+            self.engine.gracefully_exit = True
+        self.engine.hang_event.set()
+        while True:
+            with self.engine.lock:
+                remaining = list(self.engine.in_flight)
+            log(f"Gracefully exiting... Remaining number of requests {len(remaining)}. "
+                f"Remaining requests remaining_rids={remaining}.")
+            if remaining:
+                time.sleep(poll)
+            else:
+                break
+        if at_least("0.5.20"):
+            self.kill_children()
+            self.httpd.shutdown()  # serve() logs uvicorn's shutdown and exits 0
+        else:
+            self.kill_process_tree_and_self()
+
+
+def launch_server(server_args):
+    Launcher(server_args).run()
