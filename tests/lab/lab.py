@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The lab fleet: systemd-nspawn containers booted from a debootstrapped Debian rootfs.
 
 Each host is a real systemd (PID 1 in its container) with journald, sshd on its own loopback
@@ -22,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +112,8 @@ def apt_mirror() -> str:
 
 def port_free(address: str, port: int) -> bool:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # As sshd does: a just-stopped host's TIME_WAIT connections must not count as "in use".
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((address, port))
         return True
@@ -214,6 +216,7 @@ def ensure_key(lab: Lab) -> None:
 
 def configure_host(lab: Lab, root: Path, host: dict) -> None:
     (root / "etc/hostname").write_text(host["name"] + "\n")
+    (root / "etc/machine-id").write_text(uuid.uuid4().hex + "\n")
     (root / "etc/hosts").write_text(f"127.0.0.1 localhost\n{host['address']} {host['name']}\n")
     sshd_conf = root / "etc/ssh/sshd_config.d/lab.conf"
     sshd_conf.write_text(

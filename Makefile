@@ -1,0 +1,76 @@
+# gpufleet.inference — one Makefile for the lab, the demo and every test layer.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+BIN       := $(VENV)/bin
+HOSTS     ?= 3
+COLL_DIR  := .build/collections
+COLL_LINK := $(COLL_DIR)/ansible_collections/gpufleet/inference
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_DIR)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: help venv link lab-up lab-down lab-status demo test test-unit sanity lint \
+        test-integration molecule build bench clean
+
+help:
+	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
+	@echo "make test             every test layer (unit, sanity, lint, integration, molecule)"
+	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | bench"
+	@echo "make test-unit | sanity | lint | test-integration | molecule"
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+$(COLL_LINK):
+	mkdir -p $(dir $@)
+	ln -sfn $(CURDIR) $@
+
+link: $(COLL_LINK)
+
+lab-up: venv link
+	$(PY) tests/lab/lab.py up --hosts $(HOSTS)
+
+lab-down:
+	python3 tests/lab/lab.py down
+
+lab-status:
+	python3 tests/lab/lab.py status
+
+demo: lab-up
+	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/demo.yml
+
+build: venv
+	rm -rf .build/dist && mkdir -p .build/dist
+	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
+
+test: venv link
+	$(PY) tests/run_layers.py all
+
+test-unit: venv link
+	$(PY) tests/run_layers.py unit
+
+sanity: venv link
+	$(PY) tests/run_layers.py sanity
+
+lint: venv link
+	$(PY) tests/run_layers.py lint
+
+test-integration: venv link
+	$(PY) tests/run_layers.py integration
+
+molecule: venv link
+	$(PY) tests/run_layers.py molecule
+
+bench: venv link
+	$(PY) tests/benchmarks/bench_sim.py
+
+clean:
+	rm -rf .build tests/output .pytest_cache

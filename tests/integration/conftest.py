@@ -1,0 +1,113 @@
+"""Fixtures for tests against the lab fleet (systemd-nspawn hosts reached over SSH).
+
+`make test-integration` (tests/run_layers.py) brings a lab up for the run, exports its inventory
+as GPUFLEET_LAB_INVENTORY (and ANSIBLE_INVENTORY for pytest-ansible), and takes it down after.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        item.add_marker(pytest.mark.lab)
+
+
+@pytest.fixture(scope="session")
+def lab_inventory() -> Path:
+    path = os.environ.get("GPUFLEET_LAB_INVENTORY") or os.environ.get("ANSIBLE_INVENTORY")
+    if not path or not Path(path).is_file():
+        pytest.skip("no lab inventory: run `make test-integration`, which brings a lab up")
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def lab_hosts(lab_inventory) -> list[dict]:
+    """[{name, address, ssh}] of the lab's `gpu` group, in order."""
+    data = yaml.safe_load(lab_inventory.read_text())
+    group = data["all"]["children"]["gpu"]
+    gvars = group["vars"]
+    hosts = []
+    for name, hvars in group["hosts"].items():
+        hosts.append({
+            "name": name,
+            "address": hvars["ansible_host"],
+            "ssh": ["ssh", "-i", gvars["ansible_ssh_private_key_file"], "-p",
+                    str(gvars["ansible_port"]), "-o", "BatchMode=yes",
+                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                    "-o", "LogLevel=ERROR", f"root@{hvars['ansible_host']}"],
+        })
+    return hosts
+
+
+@pytest.fixture
+def fleet(ansible_adhoc, lab_inventory):
+    """pytest-ansible host manager for the lab's `gpu` group."""
+    return ansible_adhoc(inventory=str(lab_inventory), host_pattern="gpu")
+
+
+def host_sh(host: dict, command: str, timeout: float = 60, check: bool = True) -> str:
+    """Run a shell command on a lab host over SSH; return stdout."""
+    proc = subprocess.run(host["ssh"] + [command], capture_output=True, text=True,
+                          timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{host['name']}: `{command}` failed rc={proc.returncode}:\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+@pytest.fixture(scope="session")
+def sh():
+    return host_sh
+
+
+class PlaybookRun:
+    def __init__(self, proc: subprocess.CompletedProcess):
+        self.rc = proc.returncode
+        self.out = proc.stdout + proc.stderr
+
+    def __repr__(self):
+        return f"PlaybookRun(rc={self.rc})\n{self.out[-6000:]}"
+
+
+@pytest.fixture(scope="session")
+def run_playbook(lab_inventory, tmp_path_factory):
+    """Run a playbook (a path, or YAML text) against the lab; returns PlaybookRun(rc, out)."""
+    def _run(playbook, extra_vars: dict | None = None, limit: str | None = None,
+             check: bool = False, diff: bool = False, timeout: float = 900,
+             env: dict | None = None) -> PlaybookRun:
+        if isinstance(playbook, str) and "\n" in playbook:
+            path = tmp_path_factory.mktemp("pb") / "playbook.yml"
+            path.write_text(playbook)
+        else:
+            path = Path(playbook)
+            if not path.is_absolute():
+                path = REPO / path
+        argv = [str(BIN / "ansible-playbook"), "-i", str(lab_inventory), str(path)]
+        if extra_vars:
+            argv += ["-e", json.dumps(extra_vars)]
+        if limit:
+            argv += ["--limit", limit]
+        if check:
+            argv.append("--check")
+        if diff:
+            argv.append("--diff")
+        run_env = dict(os.environ)
+        run_env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
+                        "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
+        run_env.update(env or {})
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env=run_env, cwd=REPO)
+        return PlaybookRun(proc)
+    return _run

@@ -1,0 +1,236 @@
+"""Run the test layers of gpufleet.inference and print what each one counted.
+
+    python tests/run_layers.py all|unit|sanity|lint|integration|molecule
+
+A layer fails when its tool fails OR when it ran no test. Lab-backed layers bring their own lab
+up (a lab name and loopback net of their own, so a `make demo` lab is never touched) and take it
+down afterwards, also on failure.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RESULTS = REPO / ".build" / "results"
+LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
+
+# Each lab-backed layer gets its own machines and addresses.
+INTEGRATION_LAB = {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4",
+                   "LAB_INVENTORY": str(REPO / ".build" / "integration" / "hosts.yml")}
+MOLECULE_LAB = {"LAB_NAME": "gpfmol", "LAB_NET": "127.0.3", "HOSTS": "2",
+                "LAB_INVENTORY": str(REPO / ".build" / "molecule" / "hosts.yml")}
+
+
+class Outcome:
+    def __init__(self, name: str, passed: int = 0, failed: int = 0, skipped: int = 0,
+                 note: str = ""):
+        self.name, self.passed, self.failed, self.skipped, self.note = (
+            name, passed, failed, skipped, note)
+        self.seconds = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.failed == 0 and self.passed > 0
+
+
+def env_with(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
+    env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["PY_COLORS"] = "0"
+    env.update(extra or {})
+    return env
+
+
+def stream(argv, cwd=REPO, env=None) -> tuple[int, str]:
+    """Run argv, echo its output live, and return (rc, output)."""
+    print("+ " + " ".join(str(a) for a in argv), flush=True)
+    proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env or env_with(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        lines.append(line)
+    sys.stdout.flush()
+    return proc.wait(), "".join(lines)
+
+
+def junit_counts(path: Path) -> tuple[int, int, int]:
+    if not path.exists():
+        return 0, 0, 0
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    total = sum(int(s.get("tests", 0)) for s in suites)
+    failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
+    skipped = sum(int(s.get("skipped", 0)) for s in suites)
+    return total - failed - skipped, failed, skipped
+
+
+def pytest_layer(name: str, paths: list[str], extra_env: dict | None = None) -> Outcome:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    xml = RESULTS / f"{name}.xml"
+    xml.unlink(missing_ok=True)
+    rc = stream([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
+                    f"--junitxml={xml}", *paths], env=env_with(extra_env))[0]
+    passed, failed, skipped = junit_counts(xml)
+    if rc not in (0, 5) and failed == 0:
+        failed = 1  # pytest failed outside any test (collection error, crash)
+    return Outcome(name, passed, failed, skipped)
+
+
+# ---------------------------------------------------------------- layers
+
+def layer_unit() -> Outcome:
+    return pytest_layer("unit", ["tests/unit"])
+
+
+def collection_files() -> list[str]:
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
+                         capture_output=True, text=True, check=True).stdout
+    return [f for f in out.splitlines() if (REPO / f).is_file()]
+
+
+def ensure_pip_bootstrap() -> None:
+    """ansible-test downloads a get-pip script from a host this network cannot reach.
+
+    Save, where it looks first, a small script of our own that installs pip from the wheel of
+    the version ansible-test itself asks for (read from ansible-test, not hard-coded here).
+    """
+    from ansible_test._internal.python_requirements import get_venv_packages
+
+    class _Py:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    pip_version = get_venv_packages(_Py())["pip"]
+    cache = Path.home() / ".ansible" / "test" / "cache"
+    script = cache / f"get_pip_{pip_version.replace('.', '_')}.py"
+    wheels = cache / f"pip-{pip_version}-wheel"
+    if script.exists() and any(wheels.glob("pip-*.whl")):
+        return
+    wheels.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--dest", str(wheels), f"pip=={pip_version}"], check=True)
+    wheel = next(wheels.glob("pip-*.whl"))
+    script.write_text(f'''"""Installs pip {pip_version} from a local wheel (stands in for get-pip.py)."""
+import sys
+sys.path.insert(0, {str(wheel)!r})
+from pip._internal.cli.main import main
+args = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+sys.exit(main(["install", "--no-index", "--find-links", {str(wheels)!r}] + args))
+''')
+
+
+def layer_sanity() -> Outcome:
+    ensure_pip_bootstrap()
+    # ansible-test wants the collection at ansible_collections/NS/NAME, and skips every file
+    # below a dot-directory (so not under .build/); a stable path keeps its venvs cached.
+    root = Path(os.environ.get("SANITY_ROOT", "/var/tmp/gpufleet-sanity"))
+    dest = root / "ansible_collections" / "gpufleet" / "inference"
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for rel in collection_files():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, target)
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    rc, out = stream([BIN / "ansible-test", "sanity", "--venv", "--python", py, "--color", "no"], cwd=dest)
+    ran = set(re.findall(r"Running sanity test [\"']([\w-]+)[\"']", out))
+    failing = set(re.findall(r"ERROR: Found \d+ ([\w-]+) issue", out))
+    if rc != 0 and not failing:
+        failing = {"ansible-test"}  # it failed before or outside any single test
+    return Outcome("sanity", passed=len(ran - failing), failed=len(failing),
+                   note="tests: " + ",".join(sorted(failing)) + " FAILED" if failing else "")
+
+
+def layer_lint() -> Outcome:
+    rc, out = stream([BIN / "ansible-lint", "--profile", "production", "--offline"])
+    match = re.search(r"Passed: (\d+) failure\(s\), (\d+) warning\(s\) on (\d+) files", out)
+    if rc == 0 and match:
+        return Outcome("lint", passed=int(match.group(3)), note="files linted")
+    failures = re.search(r"Failed: (\d+) failure", out)
+    return Outcome("lint", failed=int(failures.group(1)) if failures else 1)
+
+
+def with_lab(settings: dict, body) -> Outcome:
+    env = env_with(settings)
+    rc = stream([*LAB, "up"], env=env)[0]
+    try:
+        if rc != 0:
+            return Outcome(body.__name__, failed=1, note="lab did not come up")
+        return body(env)
+    finally:
+        stream([*LAB, "down"], env=env)
+
+
+def layer_integration() -> Outcome:
+    def integration(env):
+        return pytest_layer("integration", ["tests/integration"],
+                            {k: env[k] for k in INTEGRATION_LAB} | {
+                                "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
+    return with_lab(INTEGRATION_LAB, integration)
+
+
+def layer_molecule() -> Outcome:
+    scenarios_root = REPO / "roles" / "sglang" / "molecule"
+    scenarios = sorted(p.parent.name for p in scenarios_root.glob("*/molecule.yml"))
+    outcome = Outcome("molecule", note="scenarios")
+    env = env_with(MOLECULE_LAB)
+    for scenario in scenarios:
+        rc = stream([BIN / "molecule", "test", "-s", scenario], cwd=REPO / "roles" / "sglang",
+                    env=env)[0]
+        if rc == 0:
+            outcome.passed += 1
+        else:
+            outcome.failed += 1
+    # molecule's destroy should have run; make sure, by this lab's own records.
+    stream([*LAB, "down"], env=env)
+    return outcome
+
+
+LAYERS = {"unit": layer_unit, "sanity": layer_sanity, "lint": layer_lint,
+          "integration": layer_integration, "molecule": layer_molecule}
+
+
+def main(argv: list[str]) -> int:
+    names = list(LAYERS) if argv[:1] in ([], ["all"]) else argv
+    unknown = [n for n in names if n not in LAYERS]
+    if unknown:
+        print(f"unknown layer(s): {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
+        return 2
+    outcomes = []
+    for name in names:
+        print(f"\n===== layer: {name} =====", flush=True)
+        started = time.monotonic()
+        try:
+            outcome = LAYERS[name]()
+        except Exception as exc:  # a layer's harness broke: count it, go on, fail at the end
+            print(f"layer {name} crashed: {exc!r}")
+            outcome = Outcome(name, failed=1, note=f"harness error: {exc}")
+        outcome.seconds = time.monotonic() - started
+        outcomes.append(outcome)
+    print("\n===== summary =====")
+    print(f"{'layer':<12} {'passed':>7} {'failed':>7} {'skipped':>8} {'time':>8}  note")
+    for o in outcomes:
+        flag = "" if o.ok else ("  <- RAN NO TEST" if o.failed == 0 else "  <- FAILED")
+        print(f"{o.name:<12} {o.passed:>7} {o.failed:>7} {o.skipped:>8} {o.seconds:>7.0f}s  "
+              f"{o.note}{flag}")
+    passed = sum(o.passed for o in outcomes)
+    failed = sum(o.failed for o in outcomes) + sum(1 for o in outcomes if not o.ok and not o.failed)
+    skipped = sum(o.skipped for o in outcomes)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
