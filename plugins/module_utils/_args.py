@@ -1,0 +1,500 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one place that knows SGLang's flag names (by version) and turns settings into argv.
+
+Settings are a mapping keyed by the role's variable names (``sglang_model_path``, ...).
+Everything here is pure: no Ansible, no I/O, so the role's template, the ``expect`` of
+``sglang_ready`` and the unit tests all call the same code.
+
+Private to this collection: no compatibility promise.
+"""
+from __future__ import annotations
+
+import re
+
+# Keys of SGLang's startup config lines -> the unit flags (any version) that set them.
+# Used to name "the flag in the unit" when observed and intended values disagree.
+EXPECT_KEY_FLAGS = {
+    "draft_window_size": ("--speculative-draft-window-size",
+                          "--speculative-dflash-draft-window-size"),
+    "compact_cache": ("--speculative-draft-window-size",
+                      "--speculative-dflash-draft-window-size"),
+    "block_size": ("--speculative-num-draft-tokens", "--speculative-dflash-block-size"),
+    "tree_budget": ("--speculative-ddtree-tree-budget",),
+}
+
+
+def flags_for_key(key):
+    """Unit flags that determine config-line key `key` (empty tuple when none is known)."""
+    return EXPECT_KEY_FLAGS.get(key, ())
+
+
+ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
+
+# The module SGLang is started with (`python -m sglang.launch_server`, every release).
+ENTRYPOINT = ("-m", "sglang.launch_server")
+DEFAULT_PYTHON = "/opt/sglang/venv/bin/python"
+
+# Variable holding the API key inside the unit's EnvironmentFile; the unit refers to it,
+# the key itself is never part of an args list or of the unit text.
+API_KEY_ENV = "SGLANG_API_KEY"
+
+DFLASH_SINCE = (0, 5, 11)
+GENERIC_WINDOW_SINCE = (0, 5, 12)
+WINDOW_FLAG_OLD = "--speculative-dflash-draft-window-size"
+WINDOW_FLAG_NEW = "--speculative-draft-window-size"
+BLOCK_SIZE_FLAG = "--speculative-num-draft-tokens"
+# DDTree exists only in an upstream pull request / private builds; this is the flag the
+# project's simulator accepts.
+TREE_BUDGET_FLAG = "--speculative-ddtree-tree-budget"
+
+# Flags (with SGLang's own aliases) that the role manages -> the variable to set instead.
+# argparse accepts unambiguous abbreviations, so a prefix of these collides too.
+MANAGED_FLAGS = {
+    "--model-path": "sglang_model_path",
+    "--model": "sglang_model_path",
+    "--served-model-name": "sglang_served_model_name",
+    "--tp-size": "sglang_tp_size",
+    "--tensor-parallel-size": "sglang_tp_size",
+    "--host": "sglang_host",
+    "--port": "sglang_port",
+    "--api-key": "sglang_api_key",
+    "--speculative-algorithm": "sglang_speculative_algorithm",
+    "--speculative-draft-model-path": "sglang_speculative_draft_model_path",
+    "--speculative-draft-model": "sglang_speculative_draft_model_path",
+    "--speculative-num-draft-tokens": "sglang_speculative_num_draft_tokens",
+    "--speculative-dflash-block-size": "sglang_speculative_num_draft_tokens",
+    "--speculative-draft-window-size": "sglang_speculative_draft_window_size",
+    "--speculative-dflash-draft-window-size": "sglang_speculative_draft_window_size",
+    "--speculative-eagle-topk": "sglang_speculative_eagle_topk",
+    "--speculative-num-steps": "sglang_speculative_num_steps",
+    TREE_BUDGET_FLAG: "sglang_speculative_tree_budget",
+}
+
+POSITIVE_INT_SETTINGS = (
+    "sglang_tp_size",
+    "sglang_port",
+    "sglang_speculative_num_draft_tokens",
+    "sglang_speculative_draft_window_size",
+    "sglang_speculative_eagle_topk",
+    "sglang_speculative_num_steps",
+    "sglang_speculative_tree_budget",
+)
+REQUIRED_INT_SETTINGS = ("sglang_tp_size", "sglang_port")
+TEXT_SETTINGS = (
+    "sglang_model_path",
+    "sglang_served_model_name",
+    "sglang_host",
+    "sglang_speculative_draft_model_path",
+)
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+_EXECUTABLE = re.compile(r"^/[A-Za-z0-9._+@:/-]+$")
+_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+_API_KEY_FORBIDDEN = re.compile(r"[\s'\"\\$`\x00-\x1f\x7f]")
+
+
+class SettingsError(ValueError):
+    """Settings that SGLang (or systemd) would refuse; the message names the variable."""
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def parse_version(version):
+    """'0.5.12', '0.5.12rc1', 'v0.5.11.post1' -> (0, 5, 12); None when unparseable."""
+    if version is None:
+        return None
+    match = _VERSION.match(str(version).strip())
+    if not match:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+def _algorithm(settings):
+    value = settings.get("sglang_speculative_algorithm")
+    if value is None or value == "" or value is False or str(value).lower() == "none":
+        return "none"
+    return str(value)
+
+
+def _int_or_none(name, value, errors):
+    """A positive int (or None). Booleans are not ints; digit strings (-e k=v) are."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        errors.append(f"{name} must be a positive integer, got {value!r} (a boolean)")
+        return None
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value):
+        number = int(value)
+    else:
+        errors.append(f"{name} must be a positive integer, got {value!r}")
+        return None
+    if number <= 0:
+        errors.append(f"{name} must be a positive integer, got {number}")
+        return None
+    return int(number)
+
+
+def _text(name, value, errors, required=False):
+    if value is None or value == "":
+        if required:
+            errors.append(f"{name} is required")
+        return None
+    if isinstance(value, (dict, list, tuple, set, bool)):
+        errors.append(f"{name} must be a string, got {type(value).__name__}")
+        return None
+    text = str(value)
+    if _CONTROL.search(text):
+        errors.append(f"{name} contains a newline or control character, which a unit file"
+                      f" cannot carry: {text!r}")
+        return None
+    return text
+
+
+def _value_text(name, value, errors):
+    """One extra_args value -> text (numbers as written; no booleans here)."""
+    if isinstance(value, float):
+        text = repr(value)
+    else:
+        text = str(value)
+    if _CONTROL.search(text):
+        errors.append(f"{name} contains a newline or control character, which a unit file"
+                      f" cannot carry: {text!r}")
+        return None
+    return text
+
+
+def _managed_collision(flag):
+    """The variable a --flag collides with (exact, alias or argparse abbreviation)."""
+    if flag in MANAGED_FLAGS:
+        return MANAGED_FLAGS[flag]
+    for managed, variable in MANAGED_FLAGS.items():
+        if managed.startswith(flag):
+            return variable
+    return None
+
+
+def _extra_args(settings, errors):
+    """sglang_extra_args -> list of (flag, [values]) in the order given."""
+    extra = settings.get("sglang_extra_args") or {}
+    if not isinstance(extra, dict):
+        errors.append("sglang_extra_args must be a mapping of --flag to value"
+                      f" (true for a bare flag), got {type(extra).__name__}")
+        return []
+    result = []
+    for key, value in extra.items():
+        where = f"sglang_extra_args[{key!r}]"
+        if not isinstance(key, str) or not _FLAG.match(key):
+            errors.append(f"sglang_extra_args key {key!r} is not a --flag"
+                          " (write e.g. '--mem-fraction-static': 0.85)")
+            continue
+        variable = _managed_collision(key)
+        if variable:
+            errors.append(f"{where} collides with a flag the role manages: set {variable}"
+                          " instead")
+            continue
+        if value is None or value is False:
+            continue  # explicitly switched off
+        if value is True:
+            result.append((key, []))
+            continue
+        if isinstance(value, dict):
+            errors.append(f"{where} must be a string, number, true or a list, got a mapping"
+                          " (pass JSON as a string)")
+            continue
+        values = value if isinstance(value, (list, tuple)) else [value]
+        texts = []
+        for item in values:
+            if isinstance(item, (bool, dict, list, tuple)) or item is None:
+                errors.append(f"{where} list items must be strings or numbers, got {item!r}")
+                texts = None
+                break
+            text = _value_text(where, item, errors)
+            if text is None:
+                texts = None
+                break
+            texts.append(text)
+        if texts is not None:
+            result.append((key, texts))
+    return result
+
+
+def _environment(settings, errors):
+    env = settings.get("sglang_environment") or {}
+    if not isinstance(env, dict):
+        errors.append("sglang_environment must be a mapping of NAME to value,"
+                      f" got {type(env).__name__}")
+        return {}
+    result = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            errors.append(f"sglang_environment key {key!r} is not a valid environment"
+                          " variable name")
+            continue
+        if key == API_KEY_ENV:
+            errors.append(f"sglang_environment[{key!r}] is reserved for the API key:"
+                          " set sglang_api_key instead")
+            continue
+        if isinstance(value, (dict, list, tuple)):
+            errors.append(f"sglang_environment[{key!r}] must be a string or number")
+            continue
+        if value is None:
+            text = ""
+        elif isinstance(value, bool):
+            text = "1" if value else "0"
+        else:
+            text = str(value)
+        if _CONTROL.search(text):
+            errors.append(f"sglang_environment[{key!r}] contains a newline or control"
+                          f" character, which a unit file cannot carry: {text!r}")
+            continue
+        result[key] = text
+    return result
+
+
+def _check_version(settings, version, algorithm, window, errors):
+    parsed = parse_version(version)
+    if parsed is None:
+        errors.append(f"sglang_version {version!r} is not a version like 0.5.12"
+                      " (leave it empty to detect it from the host)")
+        return None
+    if algorithm == "DFLASH" and parsed < DFLASH_SINCE:
+        errors.append(f"sglang_speculative_algorithm is DFLASH but SGLang {version}"
+                      " (sglang_version) has no DFLASH: it arrived in 0.5.11")
+    if window is not None and algorithm not in ("none", "DFLASH") and parsed < GENERIC_WINDOW_SINCE:
+        errors.append(f"sglang_speculative_draft_window_size is a DFLASH-only setting in"
+                      f" SGLang {version}; sglang_speculative_algorithm is {algorithm}")
+    return parsed
+
+
+# ---------------------------------------------------------------------------- public API
+
+def normalize(settings, version=None):
+    """Validate `settings` and return them normalised; raise SettingsError naming variables.
+
+    `version` (the host's SGLang version) enables the version-dependent checks; without it
+    only the version-independent ones run (the role calls both, before and after detection).
+    """
+    if not isinstance(settings, dict):
+        raise SettingsError(f"settings must be a mapping, got {type(settings).__name__}")
+    errors = []
+    norm = {}
+
+    norm["python"] = settings.get("sglang_python")
+    if norm["python"] is not None and (not isinstance(norm["python"], str)
+                                       or not _EXECUTABLE.match(norm["python"])):
+        errors.append(f"sglang_python must be an absolute path without spaces, quotes, '$'"
+                      f" or '%' (systemd runs it directly), got {norm['python']!r}")
+    unit = settings.get("sglang_unit_name")
+    if unit is not None and (not isinstance(unit, str) or not _UNIT_NAME.match(unit)):
+        errors.append(f"sglang_unit_name must be a unit name ending in .service, got {unit!r}")
+
+    norm["model_path"] = _text("sglang_model_path", settings.get("sglang_model_path"),
+                               errors, required=True)
+    norm["served_model_name"] = _text("sglang_served_model_name",
+                                      settings.get("sglang_served_model_name"), errors)
+    norm["host"] = _text("sglang_host", settings.get("sglang_host"), errors)
+    norm["draft_model_path"] = _text("sglang_speculative_draft_model_path",
+                                     settings.get("sglang_speculative_draft_model_path"), errors)
+    for name in POSITIVE_INT_SETTINGS:
+        norm[name] = _int_or_none(name, settings.get(name), errors)
+    for name in REQUIRED_INT_SETTINGS:
+        if settings.get(name) in (None, ""):
+            errors.append(f"{name} is required")
+    if norm["sglang_port"] is not None and norm["sglang_port"] > 65535:
+        errors.append(f"sglang_port must be <= 65535, got {norm['sglang_port']}")
+
+    algorithm = _algorithm(settings)
+    if algorithm not in ALGORITHMS:
+        errors.append(f"sglang_speculative_algorithm must be one of {', '.join(ALGORITHMS)},"
+                      f" got {algorithm!r}")
+    norm["algorithm"] = algorithm
+    block = norm["sglang_speculative_num_draft_tokens"]
+    window = norm["sglang_speculative_draft_window_size"]
+    budget = norm["sglang_speculative_tree_budget"]
+
+    if algorithm == "none":
+        for name in ("sglang_speculative_draft_model_path", "sglang_speculative_num_draft_tokens",
+                     "sglang_speculative_draft_window_size", "sglang_speculative_eagle_topk",
+                     "sglang_speculative_num_steps", "sglang_speculative_tree_budget"):
+            if settings.get(name) not in (None, ""):
+                errors.append(f"{name} is set ({settings.get(name)!r}) but"
+                              " sglang_speculative_algorithm is none: it would have no effect")
+    if algorithm == "DFLASH" and not norm["draft_model_path"]:
+        errors.append("sglang_speculative_draft_model_path is required when"
+                      " sglang_speculative_algorithm is DFLASH: SGLang refuses DFLASH without"
+                      " a draft model")
+    if algorithm == "DFLASH" and window is not None and block is not None and window < block:
+        errors.append(f"sglang_speculative_draft_window_size ({window}) must be >="
+                      f" sglang_speculative_num_draft_tokens ({block}): SGLang refuses a"
+                      " DFlash window smaller than its block size")
+    if budget is not None and algorithm not in ("none", "DDTREE"):
+        errors.append(f"sglang_speculative_tree_budget is a DDTREE setting;"
+                      f" sglang_speculative_algorithm is {algorithm}")
+
+    api_key = settings.get("sglang_api_key")
+    if api_key not in (None, ""):
+        # The key itself is never echoed.
+        if not isinstance(api_key, str) or _API_KEY_FORBIDDEN.search(api_key):
+            errors.append("sglang_api_key must be a string without whitespace, quotes,"
+                          " backslashes, '$', '`' or control characters (it is passed through"
+                          " an EnvironmentFile and ${SGLANG_API_KEY} in ExecStart)")
+        norm["api_key_set"] = True
+    else:
+        norm["api_key_set"] = False
+
+    norm["extra_args"] = _extra_args(settings, errors)
+    norm["environment"] = _environment(settings, errors)
+
+    if version is not None:
+        norm["version"] = _check_version(settings, version, algorithm, window, errors)
+    else:
+        norm["version"] = None
+
+    if errors:
+        raise SettingsError("; ".join(errors))
+    return norm
+
+
+def validate(settings, version=None):
+    """Raise SettingsError (naming the variable) for settings SGLang or systemd would refuse."""
+    normalize(settings, version)
+    return True
+
+
+def window_flag(version):
+    """The DFlash draft-window flag of SGLang `version` (see SGLANG_FACTS.md)."""
+    parsed = parse_version(version)
+    if parsed is None:
+        raise SettingsError(f"sglang_version {version!r} is not a version like 0.5.12")
+    if parsed < DFLASH_SINCE:
+        raise SettingsError(f"SGLang {version} (sglang_version) has no DFLASH draft window:"
+                            " it arrived in 0.5.11")
+    return WINDOW_FLAG_OLD if parsed < GENERIC_WINDOW_SINCE else WINDOW_FLAG_NEW
+
+
+def _require_version(version):
+    if version is None or str(version).strip() == "":
+        raise SettingsError("sglang_version is empty: it must be set or detected from the"
+                            " host before the arguments can be built")
+
+
+def build_args(settings, version):
+    """Settings -> SGLang's argv after `python -m sglang.launch_server`.
+
+    Never contains the API key (the unit adds `--api-key ${SGLANG_API_KEY}`).
+    """
+    _require_version(version)
+    norm = normalize(settings, version)
+    args = ["--model-path", norm["model_path"]]
+    if norm["served_model_name"]:
+        args += ["--served-model-name", norm["served_model_name"]]
+    if norm["sglang_tp_size"] is not None:
+        args += ["--tp-size", str(norm["sglang_tp_size"])]
+    if norm["host"]:
+        args += ["--host", norm["host"]]
+    if norm["sglang_port"] is not None:
+        args += ["--port", str(norm["sglang_port"])]
+    algorithm = norm["algorithm"]
+    if algorithm != "none":
+        args += ["--speculative-algorithm", algorithm]
+        if norm["draft_model_path"]:
+            args += ["--speculative-draft-model-path", norm["draft_model_path"]]
+        if norm["sglang_speculative_num_draft_tokens"] is not None:
+            args += [BLOCK_SIZE_FLAG, str(norm["sglang_speculative_num_draft_tokens"])]
+        if norm["sglang_speculative_draft_window_size"] is not None:
+            args += [window_flag(version), str(norm["sglang_speculative_draft_window_size"])]
+        if norm["sglang_speculative_eagle_topk"] is not None:
+            args += ["--speculative-eagle-topk", str(norm["sglang_speculative_eagle_topk"])]
+        if norm["sglang_speculative_num_steps"] is not None:
+            args += ["--speculative-num-steps", str(norm["sglang_speculative_num_steps"])]
+        if norm["sglang_speculative_tree_budget"] is not None:
+            args += [TREE_BUDGET_FLAG, str(norm["sglang_speculative_tree_budget"])]
+    for flag, values in norm["extra_args"]:
+        args.append(flag)
+        args.extend(values)
+    return args
+
+
+def build_command(settings, version):
+    """The full command of the unit: interpreter, entrypoint, args (no API key)."""
+    args = build_args(settings, version)
+    python = settings.get("sglang_python") or DEFAULT_PYTHON
+    return [python, *ENTRYPOINT, *args]
+
+
+def build_expect(settings, version):
+    """Config-line keys the running process must log, with their intended values.
+
+    DFLASH: block_size, draft_window_size, compact_cache (True iff a window is set);
+    DDTREE: block_size, tree_budget; anything else: {}. A block size or tree budget left
+    to SGLang's default (taken from the draft model / build) is not expected.
+    """
+    _require_version(version)
+    norm = normalize(settings, version)
+    block = norm["sglang_speculative_num_draft_tokens"]
+    expect = {}
+    if norm["algorithm"] == "DFLASH":
+        if block is not None:
+            expect["block_size"] = block
+        window = norm["sglang_speculative_draft_window_size"]
+        expect["draft_window_size"] = window
+        expect["compact_cache"] = window is not None
+    elif norm["algorithm"] == "DDTREE":
+        if block is not None:
+            expect["block_size"] = block
+        if norm["sglang_speculative_tree_budget"] is not None:
+            expect["tree_budget"] = norm["sglang_speculative_tree_budget"]
+    return expect
+
+
+def environment(settings):
+    """sglang_environment validated, as an ordered {NAME: text} mapping."""
+    errors = []
+    env = _environment(settings, errors)
+    if errors:
+        raise SettingsError("; ".join(errors))
+    return env
+
+
+# ---------------------------------------------------------------------------- systemd text
+
+def _reject_control(text):
+    if _CONTROL.search(text):
+        raise SettingsError(f"{text!r} contains a newline or control character, which a"
+                            " unit file cannot carry")
+
+
+def systemd_quote(arg):
+    """One ExecStart argument: double-quoted, `\\` `\"` escaped, `%`->`%%`, `$`->`$$`."""
+    text = str(arg)
+    _reject_control(text)
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    text = text.replace("%", "%%").replace("$", "$$")
+    return f'"{text}"'
+
+
+def systemd_quote_env(name, value):
+    """One `Environment=` assignment, quoted. systemd expands no `$` there, only `%`."""
+    text = f"{name}={value}"
+    _reject_control(text)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return f'"{text}"'
+
+
+def render_execstart(settings, version, indent="    "):
+    """The value of ExecStart=: one systemd-quoted argument per line, `\\` continued.
+
+    The only unescaped `$` is the `${SGLANG_API_KEY}` reference to the EnvironmentFile,
+    present when sglang_api_key is set.
+    """
+    parts = [systemd_quote(arg) for arg in build_command(settings, version)]
+    if normalize(settings)["api_key_set"]:
+        parts += [systemd_quote("--api-key"), '"${%s}"' % API_KEY_ENV]
+    return (" \\\n" + indent).join(parts)
