@@ -1,0 +1,185 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Parse SGLang's startup config lines and compare them with intended settings.
+
+Pure functions, private to this collection: no compatibility promise.
+
+SGLang logs, once from TP rank 0, e.g.::
+
+    [2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner. attention_backend=flashinfer,
+        model=DFlashDraftModel, block_size=16, draft_window_size=2048, compact_cache=True
+
+Deployments wrap lines (docker ``--timestamps``, Ray's ``(Actor pid=N) ... [repeated 7x across
+cluster]``) and class names vary, so only the ``key=value`` pairs after the marker are trusted.
+"""
+from __future__ import annotations
+
+import re
+
+# What journalctl --grep looks for (PCRE2); MARKERS below must stay in sync.
+GREP_PATTERN = r"Initialized (DFLASH draft runner|DDTree worker)\."
+
+MARKERS = {
+    "Initialized DFLASH draft runner.": "dflash",
+    "Initialized DDTree worker.": "ddtree",
+}
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MARKER_RE = re.compile(r"Initialized (?:DFLASH draft runner|DDTree worker)\.")
+# The logging prefix right before the message: "[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]".
+_PREFIX_RE = re.compile(
+    r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
+    r"(?P<tags>(?:\s+(?:DP|PP|ATTN_CP|TP|EP)\d+)*)\]\s*$")
+_TAG_RE = re.compile(r"(DP|PP|ATTN_CP|TP|EP)(\d+)")
+_REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*?)(?=,\s*[A-Za-z_][A-Za-z0-9_]*=|$)")
+
+ABSENT = "<absent>"
+
+
+def parse_value(text):
+    """Turn one logged value (Python's %s of it) into None, bool, int, float or str."""
+    value = text.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    if value == "None":
+        return None
+    if value == "True":
+        return True
+    if value == "False":
+        return False
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def parse_config_line(line):
+    """Parse one log line; None unless it is a config line.
+
+    Returns a dict: ``kind`` (dflash|ddtree), ``values`` (key -> parsed value), ``tags``
+    (rank tags, e.g. {"DP": 1, "TP": 0}), ``timestamp`` (str or None), ``rank0`` (bool) and
+    ``line`` (the line without colour codes).
+    """
+    if not line:
+        return None
+    clean = _ANSI_RE.sub("", line).rstrip("\r\n")
+    match = _MARKER_RE.search(clean)
+    if not match:
+        return None
+    kind = MARKERS[match.group(0)]
+    prefix = _PREFIX_RE.search(clean[:match.start()])
+    tags = {}
+    timestamp = None
+    if prefix:
+        timestamp = prefix.group("ts")
+        for name, number in _TAG_RE.findall(prefix.group("tags")):
+            tags[name] = int(number)
+    body = _REPEATED_RE.sub("", clean[match.end():]).strip()
+    values = {}
+    for key, raw in _PAIR_RE.findall(body):
+        values[key] = parse_value(raw)
+    if not values:
+        return None
+    return {
+        "kind": kind,
+        "values": values,
+        "tags": tags,
+        "timestamp": timestamp,
+        "rank0": tags.get("TP", 0) == 0,
+        "line": clean,
+    }
+
+
+def find_config_line(lines):
+    """The first rank-0 config line among `lines` (parsed), or None."""
+    for line in lines:
+        parsed = parse_config_line(line)
+        if parsed and parsed["rank0"]:
+            return parsed
+    return None
+
+
+def normalize(value):
+    """Coerce a value that may have passed through Jinja (strings) to None/bool/int/float/str."""
+    if isinstance(value, str):
+        text = value.strip()
+        lowered = text.lower()
+        if lowered in ("none", "null", "~", ""):
+            return None
+        if lowered in ("true", "yes", "on"):
+            return True
+        if lowered in ("false", "no", "off"):
+            return False
+        parsed = parse_value(text)
+        return parsed
+    return value
+
+
+def values_equal(expected, observed):
+    """Compare after coercion: "2048" == 2048, "None" == None, "true" == True; never True == 1."""
+    left = normalize(expected)
+    right = normalize(observed)
+    if left is None or right is None:
+        return left is None and right is None
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left == right
+    if isinstance(left, (int, float)) and isinstance(right, (int, float)):
+        return float(left) == float(right)
+    return str(left) == str(right)
+
+
+def compare(expected, observed):
+    """Every expected key against `observed` (a dict). Returns a list of mismatches.
+
+    Each mismatch is a dict ``key``, ``expected``, ``observed`` (ABSENT when the key is missing).
+    """
+    mismatches = []
+    for key in sorted(expected or {}):
+        want = expected[key]
+        if key not in observed:
+            mismatches.append({"key": key, "expected": normalize(want), "observed": ABSENT})
+        elif not values_equal(want, observed[key]):
+            mismatches.append({"key": key, "expected": normalize(want), "observed": observed[key]})
+    return mismatches
+
+
+def normalize_expect(expected):
+    """The expected dict with values coerced (what the module reports as `expected`)."""
+    return dict((key, normalize(value)) for key, value in (expected or {}).items())
+
+
+def config_from_server_info(info):
+    """Config-line keys derived from /server_info (the fallback when the journal lost the line).
+
+    0.5.11 names the window ``speculative_dflash_draft_window_size``, >= 0.5.12
+    ``speculative_draft_window_size``; compact_cache is True exactly when a window is set.
+    """
+    observed = {}
+    if not isinstance(info, dict):
+        return observed
+    for key in ("speculative_draft_window_size", "speculative_dflash_draft_window_size"):
+        if key in info:
+            observed["draft_window_size"] = info[key]
+            observed["compact_cache"] = info[key] is not None
+            break
+    block = info.get("speculative_dflash_block_size")
+    if block is None:
+        block = info.get("speculative_num_draft_tokens")
+    if block is not None or "speculative_num_draft_tokens" in info:
+        observed["block_size"] = block
+    if "speculative_attention_backend" in info:
+        observed["attention_backend"] = info["speculative_attention_backend"]
+    return observed
+
+
+def render(value):
+    """How a value reads in a message: like the log prints it (None, True, 2048)."""
+    if value is ABSENT:
+        return "nothing (key not logged)"
+    return repr(value) if isinstance(value, str) else str(value)
