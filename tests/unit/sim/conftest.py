@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -58,13 +59,13 @@ class Sim:
     def __init__(self, args, env, port):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        # a file, not a pipe: a full pipe would block the simulator's log writes
+        self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "sglang.launch_server", *args],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env=env, stdout=self._log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self._lines = []
-        self._out = b""
 
     def wait_ready(self, timeout=15):
         deadline = time.monotonic() + timeout
@@ -87,12 +88,9 @@ class Sim:
         return http("POST", self.url + path, body, **kw)
 
     def output(self):
-        """Everything the process printed so far (only after it exited or was killed)."""
-        if self.proc.poll() is None:
-            return "<still running>"
-        if not self._out and self.proc.stdout:
-            self._out = self.proc.stdout.read()
-        return self._out.decode(errors="replace")
+        """Everything the process (and its children) printed so far."""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
 
     def wait_exit(self, timeout=15):
         try:
@@ -138,5 +136,4 @@ def start_sim():
     finally:
         for sim in started:
             sim.kill()
-            if sim.proc.stdout:
-                sim.proc.stdout.close()
+            sim._log.close()

@@ -1,0 +1,102 @@
+"""Each SGLANG_SIM_FAULT and its observable effect."""
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+from conftest import http
+
+WINDOW = ["--speculative-dflash-draft-window-size", "2048"]
+
+
+def test_ignore_window(start_sim):
+    sim = start_sim(WINDOW, faults="ignore_window").wait_ready()
+    info = json.loads(sim.get("/server_info")[2])
+    assert info["speculative_dflash_draft_window_size"] == 2048  # the flag is still parsed
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    assert "draft_window_size=None, compact_cache=False" in sim.output()
+
+
+def test_crash_during_load(start_sim):
+    sim = start_sim(faults="crash_during_load", load=0.5)
+    rc = sim.wait_exit()
+    out = sim.output()
+    assert rc != 0
+    assert "Scheduler hit an exception: " in out
+    assert "Received sigquit from a child process. It usually means the child failed." in out
+    assert "fired up" not in out
+    assert out.index("Scheduler hit an exception") < out.index("Received sigquit")
+
+
+def test_crash_after_ready(start_sim):
+    sim = start_sim(faults="crash_after_ready=0.5").wait_ready()
+    assert sim.wait_exit(timeout=10) != 0
+    out = sim.output()
+    assert "Scheduler hit an exception" in out and "SIGQUIT received." in out
+    assert sim.get("/health")[0] == 0
+
+
+def test_hang_during_load(start_sim):
+    sim = start_sim(faults="hang_during_load", load=0.2)
+    time.sleep(1.0)
+    assert sim.proc.poll() is None
+    assert sim.get("/health")[0] == 0
+
+
+def test_slow_stop_keeps_answering(start_sim):
+    sim = start_sim(faults="slow_stop=1.0").wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    assert sim.get("/v1/models")[0] == 200 and sim.get("/health")[0] == 200
+    sim.wait_exit()
+    assert sim.get("/health")[0] == 0
+
+
+def test_health_ok_generate_hangs(start_sim):
+    sim = start_sim(faults="health_ok_generate_hangs").wait_ready()
+    assert sim.get("/health")[0] == 200
+    try:
+        sim.post("/generate", {"text": "x"}, timeout=1.0)
+        hung = False
+    except Exception:
+        hung = True
+    assert hung
+
+
+def test_no_config_line(start_sim):
+    sim = start_sim(WINDOW, faults="no_config_line").wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    assert "Initialized DFLASH draft runner" not in sim.output()
+
+
+def test_orphan_on_stop(start_sim):
+    sim = start_sim(faults="orphan_on_stop").wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    try:
+        deadline = time.monotonic() + 3
+        status = 0
+        while time.monotonic() < deadline and status != 200:
+            status = http("GET", sim.url + "/health", timeout=2)[0]
+            time.sleep(0.05)
+        assert status == 200  # someone outside the (dead) main process still answers
+    finally:
+        # the orphan left the process group's parent but kept the session: kill it
+        try:
+            os.killpg(sim.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_log_flood_before_config_line(start_sim):
+    sim = start_sim(WINDOW, faults="log_flood=500").wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    lines = sim.output().splitlines()
+    flood = [i for i, l in enumerate(lines) if "Performance might be sub-optimal" in l]
+    config = next(i for i, l in enumerate(lines) if "Initialized DFLASH draft runner" in l)
+    assert len(flood) == 500 and max(flood) < config
