@@ -94,6 +94,7 @@ _FLAG = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 _EXECUTABLE = re.compile(r"^/[A-Za-z0-9._+@:/-]+$")
+_ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]*$")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 _API_KEY_FORBIDDEN = re.compile(r"[\s'\"\\$`\x00-\x1f\x7f]")
 
@@ -291,6 +292,16 @@ def normalize(settings, version=None):
                                        or not _EXECUTABLE.match(norm["python"])):
         errors.append(f"sglang_python must be an absolute path without spaces, quotes, '$'"
                       f" or '%' (systemd runs it directly), got {norm['python']!r}")
+    env_file = settings.get("sglang_env_file")
+    if env_file is not None and (not isinstance(env_file, str)
+                                 or not _EXECUTABLE.match(env_file)):
+        errors.append(f"sglang_env_file must be an absolute path without spaces, quotes, '$'"
+                      f" or '%', got {env_file!r}")
+    for name in ("sglang_user", "sglang_group"):
+        account = settings.get(name)
+        if account is not None and (not isinstance(account, str)
+                                    or not _ACCOUNT.match(account)):
+            errors.append(f"{name} must be a user/group name like 'sglang', got {account!r}")
     unit = settings.get("sglang_unit_name")
     if unit is not None and (not isinstance(unit, str) or not _UNIT_NAME.match(unit)):
         errors.append(f"sglang_unit_name must be a unit name ending in .service, got {unit!r}")
@@ -326,10 +337,10 @@ def normalize(settings, version=None):
             if settings.get(name) not in (None, ""):
                 errors.append(f"{name} is set ({settings.get(name)!r}) but"
                               " sglang_speculative_algorithm is none: it would have no effect")
-    if algorithm == "DFLASH" and not norm["draft_model_path"]:
+    if algorithm in ("DFLASH", "DDTREE") and not norm["draft_model_path"]:
         errors.append("sglang_speculative_draft_model_path is required when"
-                      " sglang_speculative_algorithm is DFLASH: SGLang refuses DFLASH without"
-                      " a draft model")
+                      f" sglang_speculative_algorithm is {algorithm}: SGLang refuses {algorithm}"
+                      " without a draft model")
     if algorithm == "DFLASH" and window is not None and block is not None and window < block:
         errors.append(f"sglang_speculative_draft_window_size ({window}) must be >="
                       f" sglang_speculative_num_draft_tokens ({block}): SGLang refuses a"
