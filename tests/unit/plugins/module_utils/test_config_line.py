@@ -1,0 +1,145 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+import pytest
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
+
+TP1 = ("[2026-11-29 10:00:00] Initialized DFLASH draft runner. attention_backend=flashinfer, "
+       "model=DFlashDraftModel, block_size=16, draft_window_size=2048, compact_cache=True")
+TP0 = ("[2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner. attention_backend=flashinfer, "
+       "model=DFlashDraftModel, block_size=16, draft_window_size=2048, compact_cache=True")
+NO_WINDOW = ("[2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner. attention_backend=fa3, "
+             "model=DFlash2DraftModel, block_size=8, draft_window_size=None, compact_cache=False")
+DDTREE = "[2026-11-29 10:00:00 TP0 EP0] Initialized DDTree worker. block_size=16, tree_budget=64, max_tree_nodes=128"
+
+
+def test_tp1_line_without_rank_tag():
+    parsed = cfg.parse_config_line(TP1)
+    assert parsed["rank0"] and parsed["tags"] == {}
+    assert parsed["kind"] == "dflash"
+    assert parsed["values"] == {"attention_backend": "flashinfer", "model": "DFlashDraftModel", "block_size": 16,
+                                "draft_window_size": 2048, "compact_cache": True}
+
+
+def test_tp0_line():
+    parsed = cfg.parse_config_line(TP0)
+    assert parsed["tags"] == {"TP": 0} and parsed["rank0"]
+    assert parsed["timestamp"] == "2026-11-29 10:00:00"
+
+
+def test_none_and_false_values():
+    values = cfg.parse_config_line(NO_WINDOW)["values"]
+    assert values["draft_window_size"] is None
+    assert values["compact_cache"] is False
+    assert values["model"] == "DFlash2DraftModel"
+
+
+@pytest.mark.parametrize("prefix", ["[2026-11-29 10:00:00 TP3]", "[2026-11-29 10:00:00 DP1 TP7]",
+                                    "[2026-11-29 10:00:00 PP2 ATTN_CP3 TP3 EP3]"])
+def test_other_ranks_are_not_rank0(prefix):
+    parsed = cfg.parse_config_line(prefix + " Initialized DFLASH draft runner. block_size=16, draft_window_size=None")
+    assert parsed is not None and not parsed["rank0"]
+
+
+@pytest.mark.parametrize("prefix,tags", [
+    ("[2026-11-29 10:00:00 DP1 TP0]", {"DP": 1, "TP": 0}),
+    ("[2026-11-29 10:00:00 TP0 EP0]", {"TP": 0, "EP": 0}),
+    ("[2026-11-29 10:00:00 PP2 ATTN_CP3 TP0 EP3]", {"PP": 2, "ATTN_CP": 3, "TP": 0, "EP": 3}),
+    ("[2026-11-29 10:00:00.123 TP0]", {"TP": 0}),
+    ("[2026-11-29 10:00:00.123]", {}),
+])
+def test_rank_tags_and_milliseconds(prefix, tags):
+    parsed = cfg.parse_config_line(prefix + " Initialized DFLASH draft runner. block_size=16, draft_window_size=2048")
+    assert parsed["tags"] == tags and parsed["rank0"]
+    assert parsed["values"] == {"block_size": 16, "draft_window_size": 2048}
+
+
+def test_docker_timestamps_wrapping():
+    line = "2026-11-29T10:00:00.123456789Z " + TP0
+    assert cfg.parse_config_line(line)["values"]["draft_window_size"] == 2048
+
+
+def test_ray_wrapping_with_repeat_suffix_and_colours():
+    line = ("\x1b[36m(SchedulerActor pid=4242)\x1b[0m " + TP0 + " [repeated 7x across cluster]")
+    parsed = cfg.parse_config_line(line)
+    assert parsed["values"]["compact_cache"] is True
+    assert parsed["rank0"]
+    ray_tp3 = "(SchedulerActor pid=4243) " + TP0.replace("TP0", "TP3") + " [repeated 7x across cluster]"
+    assert not cfg.parse_config_line(ray_tp3)["rank0"]
+
+
+def test_ddtree_line():
+    parsed = cfg.parse_config_line(DDTREE)
+    assert parsed["kind"] == "ddtree"
+    assert parsed["values"] == {"block_size": 16, "tree_budget": 64, "max_tree_nodes": 128}
+
+
+@pytest.mark.parametrize("line", [
+    "", None, "garbage", "[2026-11-29 10:00:00 TP0] Load weight end. elapsed=12.3 s, type=DeepseekV3",
+    "[2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner.",
+    "[2026-11-29 10:00:00 TP0] DFLASH draft runner ready. mask_token=151669",
+])
+def test_garbage_is_not_a_config_line(line):
+    assert cfg.parse_config_line(line) is None
+
+
+def test_floats_strings_quotes():
+    parsed = cfg.parse_config_line("[x] Initialized DDTree worker. block_size=16, tree_budget=1.5, name='a b', path=/x/y")
+    assert parsed["values"] == {"block_size": 16, "tree_budget": 1.5, "name": "a b", "path": "/x/y"}
+
+
+def test_find_config_line_skips_other_ranks():
+    lines = ["noise", TP0.replace("TP0", "TP3").replace("2048", "7"), TP0, NO_WINDOW]
+    assert cfg.find_config_line(lines)["values"]["draft_window_size"] == 2048
+    assert cfg.find_config_line(["noise", TP0.replace("TP0", "TP1")]) is None
+
+
+@pytest.mark.parametrize("expected,observed", [
+    ("2048", 2048), (2048, 2048), ("None", None), (None, None), ("null", None), ("true", True), (True, True),
+    ("True", True), ("false", False), ("16", 16.0), ("flashinfer", "flashinfer"), (" 2048 ", 2048),
+])
+def test_values_equal_with_coercion(expected, observed):
+    assert cfg.values_equal(expected, observed)
+
+
+@pytest.mark.parametrize("expected,observed", [
+    ("2048", None), (None, 2048), ("None", False), (True, 1), (1, True), ("true", False), ("1024", 2048),
+    ("fa3", "flashinfer"),
+])
+def test_values_differ(expected, observed):
+    assert not cfg.values_equal(expected, observed)
+
+
+def test_compare_reports_every_key():
+    observed = cfg.parse_config_line(NO_WINDOW)["values"]
+    mismatches = cfg.compare({"draft_window_size": "2048", "compact_cache": "true", "block_size": 8, "tree_budget": 4},
+                             observed)
+    assert [m["key"] for m in mismatches] == ["compact_cache", "draft_window_size", "tree_budget"]
+    assert mismatches[1] == {"key": "draft_window_size", "expected": 2048, "observed": None}
+    assert mismatches[2]["observed"] is cfg.ABSENT
+    assert cfg.compare({"block_size": "8"}, observed) == []
+
+
+def test_normalize_expect():
+    assert cfg.normalize_expect({"a": "2048", "b": "None", "c": "true", "d": "fa3"}) == \
+        {"a": 2048, "b": None, "c": True, "d": "fa3"}
+
+
+@pytest.mark.parametrize("info,expected", [
+    ({"speculative_dflash_draft_window_size": 2048, "speculative_num_draft_tokens": 16},
+     {"draft_window_size": 2048, "compact_cache": True, "block_size": 16}),
+    ({"speculative_draft_window_size": None, "speculative_num_draft_tokens": 16},
+     {"draft_window_size": None, "compact_cache": False, "block_size": 16}),
+    ({"speculative_draft_window_size": 512, "speculative_dflash_block_size": 8, "speculative_num_draft_tokens": 16},
+     {"draft_window_size": 512, "compact_cache": True, "block_size": 8}),
+    ({}, {}), (None, {}),
+])
+def test_config_from_server_info(info, expected):
+    assert cfg.config_from_server_info(info) == expected
+
+
+def test_render():
+    assert cfg.render(None) == "None"
+    assert cfg.render(2048) == "2048"
+    assert cfg.render("fa3") == "'fa3'"
+    assert "not logged" in cfg.render(cfg.ABSENT)
