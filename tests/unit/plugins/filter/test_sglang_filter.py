@@ -31,8 +31,8 @@ def test_exposed_filters():
 def test_filters_call_the_one_builder(version):
     assert FILTERS["sglang_args"](SETTINGS, version) == _args.build_args(SETTINGS, version)
     assert FILTERS["sglang_expect"](SETTINGS, version) == _args.build_expect(SETTINGS, version)
-    assert FILTERS["sglang_execstart"](SETTINGS, version) == _args.render_execstart(SETTINGS,
-                                                                                      version)
+    execstart = _args.render_execstart(SETTINGS, version)
+    assert FILTERS["sglang_execstart"](SETTINGS, version) == execstart
     assert FILTERS["sglang_validate"](SETTINGS, version) is True
     assert FILTERS["sglang_validate"](SETTINGS) is True
 
