@@ -1,0 +1,55 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""sweep_report through main(): present, query, check mode with diff, missing matplotlib."""
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.inference.plugins.modules import sweep_report
+
+
+class Done(Exception):
+    pass
+
+
+@pytest.fixture
+def module_exits(monkeypatch):
+    def finish(self, **kwargs):
+        raise Done(kwargs)
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", finish)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: finish(self, failed=True, **kw))
+
+
+def call(args):
+    with patch_module_args(args):
+        with pytest.raises(Done) as done:
+            sweep_report.main()
+    return done.value.args[0]
+
+
+ROWS = [{"window": 2048, "output_tokens_per_s": 900.0}, {"window": 4096, "output_tokens_per_s": 800.0}]
+
+
+def test_present_then_query_then_idempotent(tmp_path, module_exits):
+    first = call({"results_dir": str(tmp_path), "rows": ROWS})
+    assert first["changed"] is True and first["best"] == {"window": "2048", "output_tokens_per_s": "900.0"}
+    assert "diff" not in first
+    state = call({"results_dir": str(tmp_path), "state": "query", "rows": [{"window": 2048}, {"window": 1024}]})
+    assert state["changed"] is False and state["pending"] == [{"window": 1024}]
+    again = call({"results_dir": str(tmp_path), "rows": ROWS[:1]})
+    assert again["changed"] is False
+
+
+def test_check_mode_with_diff(tmp_path, module_exits):
+    result = call({"results_dir": str(tmp_path / "r"), "rows": ROWS, "_ansible_check_mode": True, "_ansible_diff": True})
+    assert result["changed"] is True and not (tmp_path / "r").exists()
+    assert result["diff"]["before"] == "" and result["diff"]["after"].startswith("window,output_tokens_per_s\n")
+
+
+def test_missing_matplotlib(tmp_path, module_exits, monkeypatch):
+    monkeypatch.setattr(sweep_report, "HAS_MATPLOTLIB", False)
+    result = call({"results_dir": str(tmp_path), "rows": ROWS})
+    assert result["failed"] is True and "matplotlib" in result["msg"]
+    without_chart = call({"results_dir": str(tmp_path), "rows": ROWS, "chart": False})
+    assert without_chart["changed"] is True and without_chart["png_path"] is None
