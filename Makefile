@@ -36,7 +36,7 @@ $(COLL_LINK):
 link: $(COLL_LINK)
 
 lab-up: venv link
-	$(PY) tests/lab/lab.py up --hosts $(HOSTS)
+	$(PY) tests/lab/lab.py up --hosts $(HOSTS)$(if $(filter 1,$(ROUTER)), --router)
 
 lab-down:
 	python3 tests/lab/lab.py down

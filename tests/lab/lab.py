@@ -7,6 +7,13 @@ namespace, so every service in a host binds that host's own 127.0.1.N address.
 Commands: build-rootfs, up, down, status, inventory. Run as root. Stdlib only.
 Everything a lab starts is recorded in its state directory (PIDs, machine names); `down` stops
 exactly those, never by pattern.
+
+`up --router` (or LAB_ROUTER=1) also starts a real `sglang-router` from the controller's venv on
+`<LAB_NET>.2:<LAB_ROUTER_PORT>` (an address no host uses), with its Prometheus exporter on a free
+port of the same address. It starts with no workers: sglang-router 0.3.2 retries a worker that does
+not answer yet only until --worker-startup-timeout-secs and then drops it for good, so workers
+join through the API (gpufleet.inference.sglang_router_worker) once their server answers; `up`
+itself registers the hosts whose server already answers /health.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -33,6 +42,8 @@ PACKAGES = ["systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "ipr
 # Bump when the way the rootfs is made changes: the cache key follows the recipe.
 RECIPE = {"suite": SUITE, "variant": "minbase", "packages": PACKAGES, "revision": 2}
 SIM_SITE = "opt/sglang/venv/lib/python3.11/site-packages"
+SGLANG_PORT = 30000  # the port the role gives every host's server (sglang_port default)
+ROUTER_HOST_OCTET = 2  # <LAB_NET>.2: inside the lab's net, below LAB_FIRST, used by no host
 
 
 class LabError(Exception):
@@ -58,6 +69,8 @@ class Lab:
         self.name, self.net, self.first, self.ssh_port = name, net, first, ssh_port
         self.state = STATE_ROOT / name
         self.key = self.state / "id_ed25519"
+        self.router_file = self.state / "router.json"
+        self.router_address = f"{net}.{ROUTER_HOST_OCTET}"
 
     def host(self, index: int) -> dict:
         return {
@@ -307,10 +320,149 @@ def remove_host_dir(hdir: Path) -> None:
     run(["rm", "-rf", "--one-file-system", str(hdir)])
 
 
+# ---------------------------------------------------------------- router
+
+def router_command() -> list[str]:
+    """sglang-router from the venv of the Python running the lab (make uses .venv)."""
+    exe = Path(sys.executable).parent / "sglang-router"
+    if exe.exists():
+        return [str(exe), "launch"]
+    probe = run([sys.executable, "-c", "import sglang_router.launch_router"], check=False,
+                capture_output=True)
+    if probe.returncode == 0:
+        return [sys.executable, "-m", "sglang_router.launch_router"]
+    raise LabError(f"sglang-router is not installed for {sys.executable}; run `make venv` "
+                   "(requirements.txt pins it) or start the lab with .venv/bin/python")
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
+def router_alive(meta: dict) -> bool:
+    """Our router: the recorded PID is alive with the recorded start time (no reused PID).
+
+    sglang-router renames its process (``sglang::router``), so the command line says little.
+    """
+    started = process_start(meta["pid"])
+    return started is not None and started == meta.get("started")
+
+
+def recorded_router(lab: Lab) -> dict | None:
+    if not lab.router_file.exists():
+        return None
+    return json.loads(lab.router_file.read_text())
+
+
+def http_get(url: str, timeout: float = 3) -> tuple[int | None, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except OSError:
+        return None, ""
+
+
+def router_answers(meta: dict) -> bool:
+    status, body = http_get(meta["url"] + "/workers")
+    return status == 200 and '"workers"' in body
+
+
+def free_port_on(address: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return sock.getsockname()[1]
+
+
+def start_router(lab: Lab, port: int, count: int) -> dict:
+    meta = recorded_router(lab)
+    url = f"http://{lab.router_address}:{port}"
+    if meta and router_alive(meta) and meta["url"] == url and router_answers(meta):
+        log(f"router: running at {url} (pid {meta['pid']}), kept")
+        register_answering_workers(lab, meta, count)
+        return meta
+    if meta:
+        stop_router(lab)
+    if lab.first <= ROUTER_HOST_OCTET <= lab.first + count - 1:
+        raise LabError(f"the router's address {lab.router_address} is a host address; "
+                       f"LAB_FIRST must be above {ROUTER_HOST_OCTET}")
+    if not port_free(lab.router_address, port):
+        raise LabError(f"{lab.router_address}:{port} is already in use by another process; "
+                       "choose another LAB_ROUTER_PORT or LAB_NET")
+    metrics_port = free_port_on(lab.router_address)
+    argv = router_command() + [
+        "--host", lab.router_address, "--port", str(port),
+        # Its exporter defaults to 0.0.0.0:29000, which two routers (or labs) would share.
+        "--prometheus-host", lab.router_address, "--prometheus-port", str(metrics_port),
+        "--policy", "round_robin"]
+    lab.state.mkdir(parents=True, exist_ok=True)
+    log_path = lab.state / "router.log"
+    with open(log_path, "w") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    meta = {"pid": proc.pid, "started": process_start(proc.pid), "url": url,
+            "address": lab.router_address, "port": port, "metrics_port": metrics_port,
+            "log": str(log_path), "argv": argv}
+    lab.router_file.write_text(json.dumps(meta))
+    deadline = time.monotonic() + 30
+    while not router_answers(meta):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace")[-1500:]
+            stop_router(lab)
+            raise LabError(f"sglang-router did not answer {url}/workers "
+                           f"({'exited rc=%s' % proc.returncode if proc.poll() is not None else 'timeout'}):"
+                           f"\n{tail}")
+        time.sleep(0.2)
+    log(f"router: sglang-router at {url} (pid {proc.pid}, metrics :{metrics_port}, no workers yet)")
+    register_answering_workers(lab, meta, count)
+    return meta
+
+
+def register_answering_workers(lab: Lab, meta: dict, count: int) -> None:
+    """Add the hosts whose SGLang server answers /health now; the others join via the module."""
+    for index in range(1, count + 1):
+        worker = f"http://{lab.host(index)['address']}:{SGLANG_PORT}"
+        if http_get(worker + "/health", timeout=2)[0] != 200:
+            continue
+        req = urllib.request.Request(meta["url"] + "/workers", method="POST",
+                                     data=json.dumps({"url": worker}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5):
+                log(f"router: {worker} answers, added")
+        except OSError as exc:
+            log(f"router: adding {worker} failed: {exc}")
+
+
+def stop_router(lab: Lab, timeout: float = 10) -> None:
+    meta = recorded_router(lab)
+    if not meta:
+        return
+    pid = meta["pid"]
+    if router_alive(meta):
+        log(f"router: stopping sglang-router pid {pid}")
+        # Its own session (start_new_session): the group is exactly what we started.
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while router_alive(meta) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if router_alive(meta):
+            os.killpg(pid, signal.SIGKILL)
+    lab.router_file.unlink(missing_ok=True)
+
+
 # ---------------------------------------------------------------- commands
 
-def cmd_up(lab: Lab, count: int) -> None:
+def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080) -> None:
     require_root_and_tools()
+    if router:
+        router_command()  # fail before booting anything when the router is not installed
     rootfs = build_rootfs()
     ensure_key(lab)
     t0 = time.monotonic()
@@ -339,12 +491,18 @@ def cmd_up(lab: Lab, count: int) -> None:
     for meta in booting:
         state = wait_booted(lab, meta)
         log(f"{meta['name']}: systemd {state}")
+    if router:
+        start_router(lab, router_port, count)
+    elif recorded_router(lab):
+        log("router: not requested (no --router / LAB_ROUTER=1), stopping it")
+        stop_router(lab)
     write_inventory(lab, count)
     log(f"{count} host(s) up in {time.monotonic() - t0:.1f} s; inventory "
         f"{inventory_path(lab)}")
 
 
 def cmd_down(lab: Lab) -> None:
+    stop_router(lab)
     hosts = lab.recorded_hosts()
     for meta in hosts:
         log(f"{meta['name']}: stopping nspawn pid {meta['pid']}")
@@ -357,10 +515,21 @@ def cmd_down(lab: Lab) -> None:
 
 def cmd_status(lab: Lab) -> int:
     hosts = lab.recorded_hosts()
+    bad = 0
+    router = recorded_router(lab)
+    if router:
+        healthy = router_alive(router) and router_answers(router)
+        bad += not healthy
+        _, body = http_get(router["url"] + "/workers")
+        try:
+            workers = [w["url"] for w in json.loads(body)["workers"]]
+        except (ValueError, KeyError, TypeError):
+            workers = []
+        print(f"{'router':<16} {router['address'] + ':' + str(router['port']):<14} pid {router['pid']:<8} "
+              f"{'healthy' if healthy else 'UNHEALTHY'} workers: {', '.join(workers) or 'none'}")
     if not hosts:
         log("no hosts")
-        return 0
-    bad = 0
+        return 1 if bad else 0
     for meta in hosts:
         healthy = host_healthy(lab, meta)
         bad += not healthy
@@ -387,6 +556,9 @@ def write_inventory(lab: Lab, count: int) -> None:
               "          -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
               "        ansible_python_interpreter: /usr/bin/python3",
               "        sglang_python: /opt/sglang/venv/bin/python"]
+    router = recorded_router(lab)
+    if router:
+        lines.append(f"        sglang_router_url: {router['url']}")
     path = inventory_path(lab)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -400,6 +572,11 @@ def main(argv=None) -> int:
     parser.add_argument("--net", default=os.environ.get("LAB_NET", "127.0.1"))
     parser.add_argument("--first", type=int, default=int(os.environ.get("LAB_FIRST", 11)))
     parser.add_argument("--ssh-port", type=int, default=int(os.environ.get("LAB_SSH_PORT", 22)))
+    parser.add_argument("--router", action="store_true",
+                        default=os.environ.get("LAB_ROUTER", "") not in ("", "0"),
+                        help="also run a real sglang-router (env LAB_ROUTER=1)")
+    parser.add_argument("--router-port", type=int,
+                        default=int(os.environ.get("LAB_ROUTER_PORT", 30080)))
     args = parser.parse_args(argv)
     try:
         if not 1 <= args.hosts <= 50:
@@ -410,7 +587,7 @@ def main(argv=None) -> int:
         if args.command == "build-rootfs":
             build_rootfs()
         elif args.command == "up":
-            cmd_up(lab, args.hosts)
+            cmd_up(lab, args.hosts, args.router, args.router_port)
         elif args.command == "down":
             cmd_down(lab)
         elif args.command == "status":
