@@ -120,7 +120,7 @@ def run_closed_loop(send, prompts, num_prompts, concurrency, clock=None):
                 samples[index] = Sample(False, 0.0, error="%s: %s" % (type(exc).__name__, exc))
 
     started = clock()
-    threads = [threading.Thread(target=worker) for _ in range(max(1, min(concurrency, num_prompts)))]
+    threads = [threading.Thread(target=worker) for dummy in range(max(1, min(concurrency, num_prompts)))]
     for thread in threads:
         thread.daemon = True
         thread.start()

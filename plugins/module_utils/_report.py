@@ -151,7 +151,7 @@ def render_markdown(title, columns, rows, metric, best, higher_is_better=True):
     else:
         lines.append("Best (%s `%s`): **%s**" % (direction, metric, _md_escape(rows[best].get(metric, ""))))
     lines += ["", "| best | " + " | ".join(_md_escape(c) for c in columns) + " |",
-              "|---|" + "|".join("---" for _ in columns) + "|"]
+              "|---|" + "|".join("---" for dummy in columns) + "|"]
     for i, row in enumerate(rows):
         mark = "**best**" if i == best else ""
         lines.append("| %s | %s |" % (mark, " | ".join(_md_escape(row.get(c, "")) for c in columns)))

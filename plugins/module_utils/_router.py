@@ -215,7 +215,7 @@ def parse_metrics(text):
     found = _METRIC.findall(text or "")
     if not found:
         return None
-    return int(round(sum(float(value) for _, value in found)))
+    return int(round(sum(float(value) for dummy, value in found)))
 
 
 class WorkerLoad(object):

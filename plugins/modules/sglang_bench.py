@@ -16,7 +16,7 @@ description:
   - Meant for the controller, with C(delegate_to=localhost); needs nothing beyond Python's standard library.
   - Fails when every request fails. Never changes anything (C(changed) is always false).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -36,7 +36,7 @@ options:
     required: true
   api_key:
     description:
-      - The server's C(--api-key), sent as C(Authorization: Bearer <api_key>).
+      - "The server's C(--api-key), sent as C(Authorization: Bearer <api_key>)."
     type: str
   num_prompts:
     description:
@@ -117,7 +117,7 @@ duration_s:
   type: float
   sample: 12.5
 output_tokens_per_s:
-  description: O(output_tokens) divided by O(duration_s).
+  description: RV(output_tokens) divided by RV(duration_s).
   returned: always
   type: float
   sample: 2621.44
@@ -218,7 +218,7 @@ def main():
             api_key=dict(type="str", no_log=True),
             num_prompts=dict(type="int", default=32),
             concurrency=dict(type="int", default=4),
-            max_new_tokens=dict(type="int", default=256),
+            max_new_tokens=dict(type="int", default=256, no_log=False),
             prompt=dict(type="str", default="Explain speculative decoding in three sentences."),
             prompts=dict(type="list", elements="str"),
             temperature=dict(type="float", default=0.0),

@@ -18,7 +18,7 @@ description:
     the module waits until the router lists it as healthy, that is until the router routes requests to it.
   - Runs wherever the router and the worker are reachable, typically with C(delegate_to=localhost).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -53,8 +53,8 @@ options:
     default: present
   api_key:
     description:
-      - Control-plane key of the router (one of its C(--control-plane-api-keys), with role C(admin)),
-        sent as C(Authorization: Bearer <api_key>).
+      - "Control-plane key of the router (one of its C(--control-plane-api-keys), with role C(admin)),
+        sent as C(Authorization: Bearer <api_key>)."
     type: str
   worker_api_key:
     description:

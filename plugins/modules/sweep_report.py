@@ -20,7 +20,7 @@ description:
     of the candidate O(rows) are still pending, so a sweep can resume where it stopped.
   - Outputs are deterministic; a run that changes no file reports C(changed=false).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
 attributes:
@@ -191,7 +191,7 @@ def main():
             results_dir=dict(type="path", required=True),
             state=dict(type="str", default="present", choices=["present", "query"]),
             rows=dict(type="list", elements="dict", default=[]),
-            key_fields=dict(type="list", elements="str"),
+            key_fields=dict(type="list", elements="str", no_log=False),
             metric=dict(type="str", default="output_tokens_per_s"),
             higher_is_better=dict(type="bool", default=True),
             title=dict(type="str", default="SGLang settings sweep"),

@@ -56,8 +56,8 @@ def test_summarize_all_failed_has_no_latency_and_caps_errors():
 
 
 def test_sample_from_response_variants():
-    ok = sample_from_response(200, json.dumps({"text": " a b", "meta_info": {"completion_tokens": 2,
-                                                                              "spec_accept_length": 3.2}}), 0.5)
+    body = json.dumps({"text": " a b", "meta_info": {"completion_tokens": 2, "spec_accept_length": 3.2}})
+    ok = sample_from_response(200, body, 0.5)
     assert (ok.ok, ok.output_tokens, ok.accept_length, ok.latency) == (True, 2, 3.2, 0.5)
     assert sample_from_response(400, '{"error": {"message": "bad"}}', 0.1).error.startswith("HTTP 400")
     assert sample_from_response(200, "not json", 0.1).ok is False
@@ -96,5 +96,5 @@ def test_closed_loop_keeps_concurrency_and_cycles_prompts():
 def test_closed_loop_turns_exceptions_into_failed_samples():
     def send(prompt):
         raise ValueError("boom")
-    samples, _ = run_closed_loop(send, ["p"], 3, 8)
+    samples, dummy = run_closed_loop(send, ["p"], 3, 8)
     assert [s.error for s in samples] == ["ValueError: boom"] * 3

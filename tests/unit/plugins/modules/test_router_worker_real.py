@@ -68,7 +68,7 @@ def wait_for(predicate, timeout, what):
 
 def requests_served(url):
     """The worker's own count of finished requests (/metrics, --enable-metrics)."""
-    _, text = http("GET", url + "/metrics")
+    text = http("GET", url + "/metrics")[1]
     for line in text.splitlines():
         if line.startswith("sglang:num_requests_total"):
             return float(line.rsplit(" ", 1)[1])
@@ -97,9 +97,9 @@ class Traffic(object):
         while not self.stop.is_set():
             n += 1
             try:
-                _, raw = http("POST", self.router_url + "/generate",
-                              {"text": "t%d-%d" % (index, n), "sampling_params": {"max_new_tokens": self.max_new_tokens}},
-                              timeout=30)
+                raw = http("POST", self.router_url + "/generate",
+                           {"text": "t%d-%d" % (index, n), "sampling_params": {"max_new_tokens": self.max_new_tokens}},
+                           timeout=30)[1]
                 self.answers.append((time.monotonic(), json.loads(raw)["meta_info"]["sim_worker"]))
             except Exception as exc:  # pylint: disable=broad-except
                 self.failures.append(repr(exc))
@@ -120,7 +120,7 @@ def test_remove_drains_and_stops_traffic_then_add_back():
     try:
         env = dict(os.environ, PYTHONPATH=SIM, SGLANG_SIM_LOAD_SECONDS="0.3", SGLANG_SIM_ACCESS_LOG="0")
         workers = []
-        for _ in range(2):
+        for dummy in range(2):
             port = free_port()
             log = tempfile.TemporaryFile()
             logs.append(log)
@@ -176,8 +176,8 @@ def test_remove_drains_and_stops_traffic_then_add_back():
         assert [w["url"] for w in removed["workers"]] == [workers[0]]
         assert not traffic.failures, traffic.failures[:3]
         # The long requests on the removed worker finished normally (drained, not cut).
-        assert len(long_results) == 4 and all(status == 200 for status, _ in long_results)
-        assert names[1] in [name for _, name in long_results]
+        assert len(long_results) == 4 and all(status == 200 for status, dummy in long_results)
+        assert names[1] in [name for dummy, name in long_results]
         late = [name for at, name in traffic.answers if at > removed_at]
         assert len(late) > 10 and set(late) == {names[0]}
         assert served_later == served_after_drain  # nothing reached the worker after the drain
@@ -189,7 +189,7 @@ def test_remove_drains_and_stops_traffic_then_add_back():
         added = sglang_router_worker.run(params(router_url, workers[1], "present"), False)
         assert added["changed"] is True and all(w["healthy"] for w in added["workers"])
         with Traffic(router_url) as traffic:
-            wait_for(lambda: names[1] in [name for _, name in traffic.answers], 10, "traffic on the re-added worker")
+            wait_for(lambda: names[1] in [name for dummy, name in traffic.answers], 10, "traffic on the re-added worker")
         assert not traffic.failures
     finally:
         for proc in procs:
