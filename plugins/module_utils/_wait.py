@@ -121,7 +121,8 @@ class Waiter(object):
             outcome = self._poll()
             if outcome is not None:
                 return outcome
-            if self.remaining() <= 0:
+            # a millisecond of slack: float clocks may never reach the deadline exactly
+            if self.remaining() <= 0.001:
                 return self._timeout()
             self.sleep(max(0.0, min(self.poll_interval, self.remaining())))
 
