@@ -18,7 +18,7 @@ options:
     default: http://127.0.0.1:30000
   api_key:
     description:
-      - The server's C(--api-key), sent as C(Authorization: Bearer <api_key>).
+      - "The server's C(--api-key), sent as C(Authorization: Bearer <api_key>)."
     type: str
   validate_certs:
     description:

@@ -17,7 +17,7 @@ description:
   - Never changes anything. A missing unit returns RV(exists=false); an unreachable server returns
     RV(server_info=null); neither fails the task.
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.inference.server

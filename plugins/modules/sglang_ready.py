@@ -22,7 +22,7 @@ description:
     compared with C(/server_info) instead and RV(source) says so.
   - Only observes; never changes anything (C(changed) is always false).
 author:
-  - gpufleet maintainers
+  - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.inference.server
@@ -51,7 +51,7 @@ options:
     type: str
   expect:
     description:
-      - Intended values of keys of the config line, for example C({draft_window_size: 2048, compact_cache: true, block_size: 16}).
+      - "Intended values of keys of the config line, for example C({draft_window_size: 2048, compact_cache: true, block_size: 16})."
       - Values are compared with coercion, since Jinja renders them as strings; C("2048") equals C(2048),
         C("None") and C(null) equal C(None), C("true") equals C(True).
       - Every key is compared; when empty, only readiness is checked.
@@ -84,7 +84,7 @@ options:
     default: true
 notes:
   - Needs C(systemctl) and C(journalctl) on the managed host; no Python libraries beyond Ansible's own.
-  - Reading other units' journal entries and C(/proc/*/fd) needs privileges; use C(become: true).
+  - Reading other units' journal entries and C(/proc/*/fd) needs privileges; run the task with C(become=true).
 seealso:
   - module: gpufleet.inference.sglang_info
 """
@@ -307,7 +307,7 @@ def main():
             poll_interval=dict(type="float", default=5),
             request_timeout=dict(type="float", default=60),
             prompt=dict(type="str", default="The capital of France is"),
-            max_new_tokens=dict(type="int", default=8),
+            max_new_tokens=dict(type="int", default=8, no_log=False),
             crash_loop_restarts=dict(type="int", default=0),
             verify_listener=dict(type="bool", default=True),
         ),

@@ -44,9 +44,9 @@ def unit(inv, active="active", sub="running", restarts=0, pid=4242):
 class Systemd(object):
     """Returns the scripted states in order; the last one repeats."""
 
-    def __init__(self, states, argv=ARGV):
+    def __init__(self, states, argv=None):
         self.states = list(states)
-        self.argv = argv
+        self.argv = argv or ARGV
 
     def state(self):
         return self.states.pop(0) if len(self.states) > 1 else self.states[0]
@@ -112,8 +112,8 @@ class Http(object):
 
 
 REFUSED_RESP = Response(REFUSED, error="[Errno 111] Connection refused")
-GOOD = Response(HTTP, 200, json.dumps({"text": " Paris. The capital", "meta_info": {"completion_tokens": 8,
-                                                                                      "spec_accept_length": 3.2}}))
+GOOD_BODY = {"text": " Paris. The capital", "meta_info": {"completion_tokens": 8, "spec_accept_length": 3.2}}
+GOOD = Response(HTTP, 200, json.dumps(GOOD_BODY))
 STARTING = Response(HTTP, 503, '{"error": "starting"}')
 INSIDE = {"verdict": "inside", "message": "ok", "owners": []}
 
