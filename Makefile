@@ -44,8 +44,10 @@ lab-down:
 lab-status:
 	python3 tests/lab/lab.py status
 
+# The main job on the lab: a canary rollout through a real sglang-router, verified per host.
+demo: ROUTER := 1
 demo: lab-up
-	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/demo.yml
+	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/rollout.yml
 
 build: venv
 	rm -rf .build/dist && mkdir -p .build/dist
