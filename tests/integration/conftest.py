@@ -111,3 +111,78 @@ def run_playbook(lab_inventory, tmp_path_factory):
                               env=run_env, cwd=REPO)
         return PlaybookRun(proc)
     return _run
+
+
+CLEAN_HOST = (
+    # Everything the role or a rollout may have left: unit, env file, last-known-good copies,
+    # journald drop-in, stray test servers. systemd stops by unit name, never by pattern.
+    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
+    "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
+    "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
+    "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
+    "rm -rf /var/lib/gpufleet-inference; systemctl daemon-reload; true"
+)
+
+
+@pytest.fixture
+def clean_fleet(lab_hosts):
+    """Every lab host without SGLang, before and after the test."""
+    def clean():
+        for host in lab_hosts:
+            host_sh(host, CLEAN_HOST, check=False)
+    clean()
+    yield lab_hosts
+    clean()
+
+
+def unit_state(host: dict) -> dict:
+    """systemctl show of sglang.service on a host, as a dict."""
+    out = host_sh(host, "systemctl show sglang.service -p InvocationID,ActiveState,SubState,"
+                        "MainPID,NRestarts", check=False)
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+@pytest.fixture(scope="session")
+def state_of():
+    return unit_state
+
+
+@pytest.fixture
+def lab_inventory_dir(lab_inventory, tmp_path):
+    """A copy of the lab inventory in a directory of its own, for host_vars/group_vars files.
+
+    Returns (path_of_hosts_yml, write) where write(kind, name, mapping) writes
+    host_vars/NAME.yml or group_vars/NAME.yml.
+    """
+    inv = tmp_path / "inventory"
+    inv.mkdir()
+    hosts = inv / "hosts.yml"
+    hosts.write_text(lab_inventory.read_text())
+
+    def write(kind: str, name: str, data: dict) -> Path:
+        assert kind in ("host_vars", "group_vars")
+        path = inv / kind / f"{name}.yml"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(yaml.safe_dump(data))
+        return path
+    return hosts, write
+
+
+# Settings of a fast DFlash server on the simulator: what most lab tests deploy.
+LAB_SERVER_VARS = {
+    "sglang_model_path": "/models/moonshotai/Kimi-K2.6",
+    "sglang_served_model_name": "kimi-k2.6",
+    "sglang_tp_size": 8,
+    "sglang_speculative_algorithm": "DFLASH",
+    "sglang_speculative_draft_model_path": "/models/dflash/Kimi-K2.6-DFlash",
+    "sglang_speculative_num_draft_tokens": 16,
+    "sglang_speculative_draft_window_size": 2048,
+    "sglang_environment": {"SGLANG_SIM_LOAD_SECONDS": "3"},
+    "sglang_ready_timeout": 120,
+}
+
+
+@pytest.fixture(scope="session")
+def server_vars():
+    """A fresh copy of LAB_SERVER_VARS (host addresses come from the inventory's sglang_host)."""
+    return lambda **over: json.loads(json.dumps(LAB_SERVER_VARS)) | over
