@@ -23,7 +23,7 @@ RESULTS = REPO / ".build" / "results"
 LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
 
 # Each lab-backed layer gets its own machines and addresses.
-INTEGRATION_LAB = {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4",
+INTEGRATION_LAB = {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4", "LAB_ROUTER": "1",
                    "LAB_INVENTORY": str(REPO / ".build" / "integration" / "hosts.yml")}
 MOLECULE_LAB = {"LAB_NAME": "gpfmol", "LAB_NET": "127.0.3", "HOSTS": "2",
                 "LAB_INVENTORY": str(REPO / ".build" / "molecule" / "hosts.yml")}
