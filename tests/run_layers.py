@@ -80,8 +80,8 @@ def pytest_layer(name: str, paths: list[str], extra_env: dict | None = None) -> 
     RESULTS.mkdir(parents=True, exist_ok=True)
     xml = RESULTS / f"{name}.xml"
     xml.unlink(missing_ok=True)
-    rc = stream([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
-                    f"--junitxml={xml}", *paths], env=env_with(extra_env))[0]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={xml}", *paths]
+    rc = stream(argv, env=env_with(extra_env))[0]
     passed, failed, skipped = junit_counts(xml)
     if rc not in (0, 5) and failed == 0:
         failed = 1  # pytest failed outside any test (collection error, crash)

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark the SGLang simulator (stdlib only; loopback only; bounded).
 
 (a) load-to-ready accuracy: configured SGLANG_SIM_LOAD_SECONDS vs measured time
@@ -58,7 +57,7 @@ def generate(url, max_new_tokens=64, timeout=60):
 
 def load_to_ready(load, runs):
     measured = []
-    for _ in range(runs):
+    for _i in range(runs):
         tic = time.monotonic()
         proc, url = start(load)
         try:
@@ -81,7 +80,7 @@ def concurrency(url, n):
     def one():
         tic = time.monotonic()
         try:
-            status, _ = generate(url, 64)
+            status, _body = generate(url, 64)
             with lock:
                 ok[0] += status == 200
                 latencies.append(time.monotonic() - tic)
@@ -89,7 +88,7 @@ def concurrency(url, n):
             with lock:
                 errors.append(type(exc).__name__)
 
-    threads = [threading.Thread(target=one) for _ in range(n)]
+    threads = [threading.Thread(target=one) for _i in range(n)]
     tic = time.monotonic()
     for t in threads:
         t.start()

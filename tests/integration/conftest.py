@@ -58,7 +58,7 @@ def fleet(ansible_adhoc, lab_inventory):
 
 def host_sh(host: dict, command: str, timeout: float = 60, check: bool = True) -> str:
     """Run a shell command on a lab host over SSH; return stdout."""
-    proc = subprocess.run(host["ssh"] + [command], capture_output=True, text=True,
+    proc = subprocess.run(host["ssh"] + [command], check=False, capture_output=True, text=True,
                           timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{host['name']}: `{command}` failed rc={proc.returncode}:\n"
@@ -107,7 +107,7 @@ def run_playbook(lab_inventory, tmp_path_factory):
                         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
                         "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
         run_env.update(env or {})
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
                               env=run_env, cwd=REPO)
         return PlaybookRun(proc)
     return _run

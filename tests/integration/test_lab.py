@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 
-
 def test_ansible_pings_every_lab_host(fleet, lab_hosts):
     results = fleet.all.ping()
     assert sorted(results.contacted) == sorted(h["name"] for h in lab_hosts)

@@ -520,7 +520,7 @@ def cmd_status(lab: Lab) -> int:
     if router:
         healthy = router_alive(router) and router_answers(router)
         bad += not healthy
-        _, body = http_get(router["url"] + "/workers")
+        _status, body = http_get(router["url"] + "/workers")
         try:
             workers = [w["url"] for w in json.loads(body)["workers"]]
         except (ValueError, KeyError, TypeError):

@@ -1,6 +1,5 @@
 """Launch the inference server (simulated)."""
 
-import os
 import sys
 import warnings
 

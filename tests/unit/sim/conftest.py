@@ -73,7 +73,7 @@ class Sim:
             if self.proc.poll() is not None:
                 raise AssertionError(f"simulator exited rc={self.proc.returncode}: {self.output()}")
             try:
-                status, _, _ = http("GET", self.url + "/health", timeout=2)
+                status, _headers, _body = http("GET", self.url + "/health", timeout=2)
             except Exception:
                 status = -1
             if status == 200:

@@ -1,9 +1,7 @@
 """Each SGLANG_SIM_FAULT and its observable effect."""
 import json
 import os
-import re
 import signal
-import threading
 import time
 
 from conftest import http

@@ -5,9 +5,6 @@ import signal
 import threading
 import time
 
-import pytest
-
-from conftest import http
 
 TS = r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"
 # literal format strings copied from SGLang's source (dflash_worker.py, 0.5.11 and 0.5.23)
@@ -39,7 +36,7 @@ def test_dflash_startup_log_tp1(start_sim):
     positions = [next(i for i, l in enumerate(lines) if s in l) for s in order]
     assert positions == sorted(positions)
     assert re.search(r"Loading safetensors checkpoint shards:  50% Completed \| 2/4 \[", out)
-    assert f"(Press CTRL+C to quit)" in out
+    assert "(Press CTRL+C to quit)" in out
     assert not re.search(r"\[\S+ \S+ TP0\]", out)  # tp=1: no rank tag
 
 
@@ -63,7 +60,7 @@ def test_ep_and_dp_tags(start_sim):
 def test_port_closed_while_loading_then_health(start_sim):
     sim = start_sim(load=1.5)
     time.sleep(0.5)
-    status, _, _ = sim.get("/health")
+    status, _headers, _body = sim.get("/health")
     assert status == 0  # connection refused
     sim.wait_ready()
     assert sim.get("/health")[0] == 200
@@ -93,7 +90,7 @@ def test_generate_shape_and_determinism(start_sim):
 def test_generate_bad_requests(start_sim):
     sim = start_sim().wait_ready()
     for body in ({"sampling_params": {}}, {"text": "x", "sampling_params": {"max_new_tokens": -1}}):
-        status, _, raw = sim.post("/generate", body)
+        status, _headers, raw = sim.post("/generate", body)
         assert status == 400
         assert isinstance(json.loads(raw)["error"]["message"], str)
 
@@ -104,8 +101,8 @@ def test_accept_length_follows_settings(start_sim):
         base = ["--model-path", "m", "--speculative-algorithm", "DFLASH", "--speculative-draft-model-path", "d",
                 "--speculative-dflash-block-size", str(block), "--speculative-dflash-draft-window-size", str(window)]
         sim = start_sim(base=base).wait_ready()
-        meta = json.loads(sim.post("/generate", {"text": "same", "sampling_params": {"max_new_tokens": 200,
-                                                                                    "temperature": 0}})[2])["meta_info"]
+        body = {"text": "same", "sampling_params": {"max_new_tokens": 200, "temperature": 0}}
+        meta = json.loads(sim.post("/generate", body)[2])["meta_info"]
         results[(block, window)] = meta["spec_accept_length"]
         sim.kill()
     assert results[(16, 4096)] > results[(16, 64)] > results[(8, 16)]
@@ -137,7 +134,7 @@ def test_server_info_key_new_name(start_sim):
 def test_metrics(start_sim):
     sim = start_sim(["--enable-metrics"]).wait_ready()
     sim.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 10}})
-    status, _, raw = sim.get("/metrics")
+    status, _headers, raw = sim.get("/metrics")
     text = raw.decode()
     assert status == 200
     for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate", "sglang:generation_tokens_total"):
@@ -147,7 +144,7 @@ def test_metrics(start_sim):
 def test_api_key(start_sim):
     sim = start_sim(["--api-key", "sekret", "--enable-metrics"]).wait_ready()
     for headers in ({}, {"Authorization": "Bearer wrong"}):
-        status, _, raw = sim.get("/v1/models", headers=headers)
+        status, _headers, raw = sim.get("/v1/models", headers=headers)
         assert status == 401 and json.loads(raw) == {"error": "Unauthorized"}
         assert sim.post("/generate", {"text": "x"}, headers=headers)[0] == 401
     good = {"Authorization": "Bearer sekret"}
@@ -161,8 +158,8 @@ def test_32_concurrent_generates(start_sim):
     results = []
 
     def one(i):
-        status, _, raw = sim.post("/generate", {"text": f"req {i}", "sampling_params": {"max_new_tokens": 50}},
-                                  timeout=30)
+        body = {"text": f"req {i}", "sampling_params": {"max_new_tokens": 50}}
+        status, _headers, raw = sim.post("/generate", body, timeout=30)
         results.append(status)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(32)]

@@ -10,7 +10,6 @@ import argparse
 import json
 import logging
 import os
-import sys
 
 from sglang._sim_profile import at_least, selected_version
 

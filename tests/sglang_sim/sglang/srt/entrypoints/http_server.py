@@ -16,7 +16,6 @@ import os
 import random
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -47,7 +46,7 @@ def parse_faults(text=None):
         item = item.strip()
         if not item:
             continue
-        name, _, value = item.partition("=")
+        name, _sep, value = item.partition("=")
         faults[name.strip()] = value.strip() or None
     return faults
 
@@ -376,7 +375,7 @@ class Engine:
                 rng = random.Random(hashlib.sha256(prompt_key.encode()).hexdigest())
             else:
                 rng = random.Random(rid)
-            ids = [rng.randrange(100, 160000) for _ in range(max_new)]
+            ids = [rng.randrange(100, 160000) for _i in range(max_new)]
             words = [WORDS[i % len(WORDS)] for i in ids]
             accept = self.spec.accept_length(prompt_key)
             verify_ct = int(math.ceil(max_new / accept)) if max_new else 0

@@ -29,14 +29,14 @@ pytestmark = pytest.mark.skipif(ROUTER is None, reason="sglang-router (import sg
 
 
 def _generate(url, prompt):
-    status, _, raw = http("POST", url + "/generate",
-                          {"text": prompt, "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    status, _headers, raw = http("POST", url + "/generate", body)
     assert status == 200, raw
     return json.loads(raw)["meta_info"]["sim_worker"]
 
 
 def test_router_round_robin_and_remove(start_sim):
-    workers = [start_sim(base=["--model-path", "m"]) for _ in range(2)]
+    workers = [start_sim(base=["--model-path", "m"]) for _i in range(2)]
     for worker in workers:
         worker.wait_ready()
     port, metrics_port = free_port(), free_port()
@@ -60,7 +60,7 @@ def test_router_round_robin_and_remove(start_sim):
 
         listing = json.loads(http("GET", router_url + "/workers")[2])
         victim = next(w for w in listing["workers"] if w["url"] == workers[1].url)
-        status, _, raw = http("DELETE", f"{router_url}/workers/{victim['id']}")
+        status, _headers, raw = http("DELETE", f"{router_url}/workers/{victim['id']}")
         assert status in (200, 202), raw
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
