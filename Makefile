@@ -71,8 +71,9 @@ test-integration: venv link
 molecule: venv link
 	$(PY) tests/run_layers.py molecule
 
-bench: venv link
+bench: lab-up
 	$(PY) tests/benchmarks/bench_sim.py
+	$(PY) tests/benchmarks/bench_journal.py --inventory inventories/lab/hosts.yml
 
 clean:
 	rm -rf .build tests/output .pytest_cache
