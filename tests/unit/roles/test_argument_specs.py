@@ -1,0 +1,38 @@
+"""meta/argument_specs.yml documents exactly the variables of defaults/main.yml, with the same defaults."""
+from pathlib import Path
+
+import yaml
+
+ROLE = Path(__file__).resolve().parents[3] / "roles" / "sglang"
+
+
+def load(rel):
+    return yaml.safe_load((ROLE / rel).read_text())
+
+
+def test_every_default_is_documented_with_the_same_value():
+    defaults = load("defaults/main.yml")
+    options = load("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    undocumented = sorted(set(defaults) - set(options))
+    assert not undocumented, f"defaults without argument spec: {undocumented}"
+    for name, value in defaults.items():
+        spec = options[name]
+        assert spec.get("default") == value, (name, spec.get("default"), value)
+        assert spec.get("description"), name
+        assert spec.get("type"), name
+
+
+def test_every_option_is_prefixed_and_required_ones_have_no_default():
+    options = load("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    defaults = load("defaults/main.yml")
+    for name, spec in options.items():
+        assert name.startswith("sglang_"), name
+        if spec.get("required"):
+            assert name not in defaults, f"{name} is required but has a default"
+        else:
+            assert name in defaults, f"{name} is optional but has no default in defaults/main.yml"
+
+
+def test_secret_options_are_no_log():
+    options = load("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
+    assert options["sglang_api_key"].get("no_log") is True
