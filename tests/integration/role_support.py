@@ -1,0 +1,198 @@
+"""Helpers of the role/fault lab tests: playbook texts, parsing ansible-playbook output, probes.
+
+Playbooks are run through conftest's `run_playbook` with RUN_ENV (every task result printed as
+JSON), so a test reads the module's own return values instead of scraping YAML.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+
+# Every result as JSON (-v), in a form json.JSONDecoder can read back.
+RUN_ENV = {"ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_VERBOSITY": "1"}
+
+ROLE = "gpufleet.inference.sglang"
+WAIT_TASK = "Wait until the new SGLang process runs the intended settings"
+VERIFY_TASK = "Verify the running SGLang process against the intended settings"
+VALIDATE_TASK = "Check the SGLang settings (version-independent)"
+UNIT_PATH = "/etc/systemd/system/sglang.service"
+WINDOW_FLAG = "--speculative-dflash-draft-window-size"  # the simulator's default profile is 0.5.11
+# Short loads; SIGTERM drains polled every second instead of SGLang's 5 s (faster stops).
+BASE_ENV = {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DRAIN_POLL_SECONDS": "1"}
+EXPECT_2048 = {"draft_window_size": 2048, "compact_cache": True, "block_size": 16}
+
+_HEADER = re.compile(r"^(?:TASK|RUNNING HANDLER) \[(?:(?P<role>[^:\]]+) : )?(?P<name>.*?)\] \**$")
+_RESULT = re.compile(r"^(?P<status>ok|changed|fatal|failed|skipping): \[(?P<host>[^\]]+)\]"
+                     r"(?::\s*FAILED!)?(?: => )?")
+_RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
+
+
+# conftest's CLEAN_HOST, for module-scoped fixtures (clean_fleet is function-scoped).
+CLEAN_HOST = (
+    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
+    "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
+    "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
+    "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
+    "rm -rf /var/lib/gpufleet-inference; systemctl daemon-reload; true"
+)
+
+
+def role_playbook(hosts: str) -> str:
+    """A play applying the role to `hosts` (vars come from run_playbook's extra vars)."""
+    return f"""---
+- name: Apply the SGLang role
+  hosts: {hosts}
+  gather_facts: false
+  roles:
+    - role: {ROLE}
+"""
+
+
+def per_host_role_playbook(hosts: str, per_host: tuple[str, ...], table: str = "gpf_per_host") -> str:
+    """The role on `hosts` in parallel, each host with its own values of the `per_host` variables.
+
+    The values come from the extra var `table` (host name -> {variable: value}); the other
+    variables must be passed as extra vars too, but NOT the per-host ones (extra vars win).
+    """
+    lines = "\n".join(f'        {name}: "{{{{ {table}[inventory_hostname].{name} }}}}"' for name in per_host)
+    return f"""---
+- name: Apply the SGLang role with per-host settings
+  hosts: {hosts}
+  gather_facts: false
+  roles:
+    - role: {ROLE}
+      vars:
+{lines}
+"""
+
+
+def ready_playbook(hosts: str, expect: dict | None = None, timeout: float = 30,
+                   after_invocation: str | None = None, poll_interval: float = 1) -> str:
+    """A play running sglang_ready once against each host's own sglang_host:30000."""
+    args = {"unit": "sglang.service", "url": "http://{{ sglang_host }}:30000",
+            "expect": expect or {}, "timeout": timeout, "poll_interval": poll_interval}
+    if after_invocation:
+        args["after_invocation"] = after_invocation
+    return f"""---
+- name: Verify the running SGLang process
+  hosts: {hosts}
+  gather_facts: false
+  tasks:
+    - name: sglang_ready
+      gpufleet.inference.sglang_ready: {json.dumps(args)}
+"""
+
+
+class Results:
+    """Task results of one ansible-playbook run (with RUN_ENV), in order."""
+
+    def __init__(self, out: str):
+        self.out = out
+        self.items: list[dict] = []
+        self.recap: dict[str, dict[str, int]] = {}
+        decoder = json.JSONDecoder()
+        task = None
+        pos = 0
+        in_recap = False
+        while pos < len(out):
+            end = out.find("\n", pos)
+            end = len(out) if end < 0 else end
+            line = out[pos:end]
+            header = _HEADER.match(line)
+            if header:
+                task = header.group("name")
+            elif line.startswith("PLAY RECAP"):
+                in_recap = True
+            elif in_recap and _RECAP.match(line):
+                match = _RECAP.match(line)
+                self.recap[match.group("host")] = {
+                    key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", match.group("counts"))}
+            else:
+                match = _RESULT.match(line)
+                if match:
+                    result = None
+                    start = pos + match.end()
+                    if out[start:start + 1] == "{":
+                        try:
+                            result, stop = decoder.raw_decode(out, start)
+                            end = out.find("\n", stop)
+                            end = len(out) if end < 0 else end
+                        except ValueError:
+                            result = None
+                    self.items.append({"task": task, "host": match.group("host"),
+                                       "status": match.group("status"), "result": result or {}})
+            pos = end + 1
+
+    def of(self, task: str, host: str | None = None) -> list[dict]:
+        return [item for item in self.items
+                if item["task"] == task and (host is None or item["host"] == host)]
+
+    def one(self, task: str, host: str | None = None) -> dict:
+        found = self.of(task, host)
+        assert len(found) == 1, f"expected one result of {task!r} for {host}, got {found}\n{self.out[-4000:]}"
+        return found[0]
+
+    def tasks_ran(self, host: str) -> list[str]:
+        return [item["task"] for item in self.items if item["host"] == host and item["status"] != "skipping"]
+
+
+def unit_file(sh, host) -> str | None:
+    text = sh(host, f"cat {UNIT_PATH} 2>/dev/null || echo __MISSING__", check=False)
+    return None if text.strip() == "__MISSING__" else text
+
+
+def unit_checksum(sh, host) -> str:
+    return sh(host, f"sha256sum {UNIT_PATH} 2>/dev/null || echo missing", check=False).split()[0]
+
+
+def invocation_journal(sh, host, invocation_id: str, fmt: str = "cat") -> str:
+    return sh(host, f"journalctl _SYSTEMD_INVOCATION_ID={invocation_id} -o {fmt} --no-pager")
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def generate(address: str, port: int = 30000, timeout: float = 5) -> dict | None:
+    """POST /generate to a lab server from the controller; the JSON answer, or None."""
+    body = json.dumps({"text": "The capital of France is",
+                       "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).encode()
+    request = urllib.request.Request(f"http://{address}:{port}/generate", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            return json.loads(resp.read()) if resp.status == 200 else None
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+class GenerateProbe(threading.Thread):
+    """POSTs /generate every `interval` seconds in the background; records (wall time, ok)."""
+
+    def __init__(self, address: str, interval: float = 0.5):
+        super().__init__(daemon=True)
+        self.address = address
+        self.interval = interval
+        self.samples: list[tuple[float, bool]] = []
+        self._stop_event = threading.Event()
+
+    def run(self):
+        while not self._stop_event.is_set():
+            answer = generate(self.address, timeout=3)
+            self.samples.append((time.time(), bool(answer and answer.get("text"))))
+            self._stop_event.wait(self.interval)
+
+    def stop(self):
+        self._stop_event.set()
+        self.join(10)

@@ -1,0 +1,276 @@
+"""The role gpufleet.inference.sglang on the lab: real systemd, real journald, the real simulator.
+
+Tests use the first lab host unless they say otherwise; test_deploy_* uses the first two (or the
+only one) in parallel. Every test starts and ends with clean hosts (clean_fleet).
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from role_support import (BASE_ENV, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK, VERIFY_TASK, WAIT_TASK,
+                          WINDOW_FLAG, GenerateProbe, Results, generate, invocation_journal,
+                          ready_playbook, role_playbook, unit_checksum, unit_file, wait_for)
+
+REPORT_TASK = "Report the new SGLang process"
+TIMEOUT = 60
+
+
+@pytest.fixture
+def host(clean_fleet):
+    return clean_fleet[0]
+
+
+@pytest.fixture
+def apply_role(run_playbook, server_vars):
+    """apply_role(hosts, env=None, check=False, diff=False, **vars) -> (run, results, seconds)."""
+    def _apply(hosts, env=None, check=False, diff=False, **over):
+        hosts = hosts if isinstance(hosts, list) else [hosts]
+        environment = dict(BASE_ENV)
+        environment.update(env or {})
+        over.setdefault("sglang_ready_timeout", TIMEOUT)
+        started = time.monotonic()
+        run = run_playbook(role_playbook(":".join(h["name"] for h in hosts)),
+                           extra_vars=server_vars(sglang_environment=environment, **over),
+                           check=check, diff=diff, env=RUN_ENV)
+        return run, Results(run.out), time.monotonic() - started
+    return _apply
+
+
+def report(results, host) -> dict:
+    return results.one(REPORT_TASK, host["name"])["result"]["msg"]
+
+
+def journal_entries(sh, host, invocation) -> list[tuple[float, str]]:
+    """(epoch seconds, message) of one invocation's journal."""
+    out = invocation_journal(sh, host, invocation, fmt="json")
+    entries = []
+    for line in out.splitlines():
+        if line.startswith("{"):
+            fields = json.loads(line)
+            message = fields.get("MESSAGE")
+            if isinstance(message, list):
+                message = bytes(message).decode("utf-8", "replace")
+            entries.append((int(fields["__REALTIME_TIMESTAMP"]) / 1e6, message or ""))
+    return entries
+
+
+def execstart_lines(unit_text: str) -> list[str]:
+    lines = unit_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ExecStart="))
+    block = [lines[start]]
+    while block[-1].endswith("\\"):
+        block.append(lines[start + len(block)])
+    return block
+
+
+# --- 1. success -------------------------------------------------------------------------------
+
+def test_deploy_window_2048_verifies_the_new_invocation(clean_fleet, apply_role, sh, state_of):
+    hosts = clean_fleet[:2]
+    run, results, seconds = apply_role(hosts)
+    assert run.rc == 0, run
+    for host in hosts:
+        rep = report(results, host)
+        invocation = state_of(host)["InvocationID"]
+        assert rep["verdict"] == "pass" and rep["invocation"] == invocation, rep
+        assert rep["observed"]["draft_window_size"] == 2048, rep
+        assert rep["observed"]["compact_cache"] is True, rep
+        assert rep["source"] == "journal"
+        assert rep["generate"]["status"] == 200 and rep["generate"]["text"].strip(), rep
+        # the config line, in the journal of exactly that invocation
+        journal = invocation_journal(sh, host, invocation)
+        assert re.search(r"Initialized DFLASH draft runner\. .*block_size=16, draft_window_size=2048, "
+                         r"compact_cache=True", journal), journal[-2000:]
+        # one ExecStart argument per line, each quoted
+        block = execstart_lines(unit_file(sh, host))
+        assert block[0] == 'ExecStart="/opt/sglang/venv/bin/python" \\'
+        for line in block[1:]:
+            assert re.fullmatch(r'    "[^"]*"( \\)?', line), line
+        args = [line.strip().rstrip("\\").strip().strip('"') for line in block[1:]]
+        assert args[args.index(WINDOW_FLAG) + 1] == "2048"
+        assert args[args.index("--host") + 1] == host["address"]
+
+
+# --- 3. the old process keeps answering during the restart -------------------------------------
+
+SLOW_STOP = 20
+
+
+def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, state_of):
+    # Deploy #1 runs the process that will be slow to stop: slow_stop is in ITS environment.
+    run, results, seconds = apply_role(host, env={"SGLANG_SIM_FAULT": f"slow_stop={SLOW_STOP}"})
+    assert run.rc == 0, run
+    old = report(results, host)["invocation"]
+    probe = GenerateProbe(host["address"], interval=0.5)
+    probe.start()
+    try:
+        started = time.time()
+        run, results, seconds = apply_role(host, sglang_speculative_draft_window_size=4096)
+    finally:
+        probe.stop()
+    assert run.rc == 0, run
+    rep = report(results, host)
+    new = rep["invocation"]
+    assert new != old and new == state_of(host)["InvocationID"], (old, rep)
+    assert rep["previous_invocation"] == old
+    assert rep["observed"]["draft_window_size"] == 4096
+
+    old_entries = journal_entries(sh, host, old)
+    sigterm = next(t for t, m in old_entries if "SIGTERM received" in m)
+    new_start = journal_entries(sh, host, new)[0][0]
+    # The old process answered /generate after SIGTERM, while the play was waiting ...
+    answered = [t for t, m in old_entries if t > sigterm and '"POST /generate HTTP/1.1" 200' in m]
+    assert answered, old_entries[-30:]
+    assert any(ok and sigterm < t < new_start for t, ok in probe.samples), probe.samples
+    # ... for at least its stop delay, and the verdict came only from the new process after that.
+    assert new_start - sigterm >= SLOW_STOP, (sigterm, new_start)
+    assert max(answered) < new_start
+    assert started < sigterm and seconds >= SLOW_STOP
+    wait = results.one(WAIT_TASK, host["name"])["result"]
+    assert wait["invocation_id"] == new and wait["phases"]["new_invocation"]["invocation_id"] == new
+
+
+# --- 8. bad variables fail before any host change ---------------------------------------------
+
+BAD_VARIABLES = [
+    ({"sglang_speculative_draft_window_size": 8}, "sglang_speculative_draft_window_size (8) must be >="),
+    ({"sglang_speculative_draft_model_path": ""}, "sglang_speculative_draft_model_path is required"),
+    ({"sglang_tp_size": -2}, "sglang_tp_size must be a positive integer"),
+    ({"sglang_model_path": "/models/a\nb"}, "sglang_model_path contains a newline"),
+    ({"sglang_extra_args": {"mem-fraction-static": 0.8}}, "is not a --flag"),
+]
+
+
+def test_bad_variables_fail_before_any_host_change(host, apply_role, sh, state_of):
+    def assert_refused(over, expected):
+        run, results, seconds = apply_role(host, **over)
+        assert run.rc != 0, (over, run)
+        item = results.one(VALIDATE_TASK, host["name"])
+        assert item["status"] == "fatal", item
+        assert expected in run.out, (expected, run)
+        # nothing after validation ran on the host (before it: only the argument spec check)
+        ran = results.tasks_ran(host["name"])
+        assert ran[-1] == VALIDATE_TASK and len(ran) <= 2, ran
+
+    # On a host without SGLang: no unit, no env file, no journald drop-in appear.
+    assert_refused(*BAD_VARIABLES[0])
+    assert unit_file(sh, host) is None
+    assert sh(host, "ls /etc/sglang/sglang.env /etc/systemd/journald.conf.d/50-gpufleet-sglang.conf "
+                    "2>/dev/null || true").strip() == ""
+
+    # On a deployed host: the unit file and the running invocation stay as they were.
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    checksum, before = unit_checksum(sh, host), state_of(host)
+    for over, expected in BAD_VARIABLES[1:]:
+        assert_refused(over, expected)
+        assert unit_checksum(sh, host) == checksum, over
+        after = state_of(host)
+        assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
+
+
+# --- 9. a second run restarts nothing and still verifies ---------------------------------------
+
+def test_second_run_restarts_nothing_and_verifies(host, apply_role, state_of):
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    before = state_of(host)
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    assert results.recap[host["name"]]["changed"] == 0, results.recap
+    assert results.recap[host["name"]]["failed"] == 0
+    assert results.of(WAIT_TASK) == []  # no handler: nothing restarted
+    verified = results.one(VERIFY_TASK, host["name"])
+    assert verified["status"] == "ok", verified
+    assert verified["result"]["verdict"] == "pass"
+    assert verified["result"]["invocation_id"] == before["InvocationID"]
+    assert verified["result"]["observed"]["draft_window_size"] == 2048
+    after = state_of(host)
+    assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
+
+
+# --- 10. check mode ----------------------------------------------------------------------------
+
+def test_check_mode_shows_the_diff_and_changes_nothing(host, apply_role, sh, state_of):
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    checksum, before = unit_checksum(sh, host), state_of(host)
+    run, results, seconds = apply_role(host, check=True, diff=True,
+                                       sglang_speculative_draft_window_size=4096)
+    assert run.rc == 0, run
+    assert '-    "2048"' in run.out and '+    "4096"' in run.out, run
+    assert f'"{WINDOW_FLAG}" \\' in run.out
+    assert unit_checksum(sh, host) == checksum
+    after = state_of(host)
+    assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
+    waited = results.of(WAIT_TASK, host["name"])
+    assert all(item["result"].get("verdict") in (None, "check_mode") for item in waited), waited
+
+
+# --- 11. drift ---------------------------------------------------------------------------------
+
+def test_drift_is_caught_without_restart_and_the_role_puts_it_back(host, apply_role, run_playbook,
+                                                                   sh, state_of):
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    deployed = unit_checksum(sh, host)
+    # By hand: another window in the unit, and a restart.
+    sh(host, f"sed -i 's/^    \"2048\"$/    \"4096\"/' {UNIT_PATH} && grep -q '\"4096\"' {UNIT_PATH} "
+             "&& systemctl daemon-reload && systemctl restart sglang.service")
+    wait_for(lambda: generate(host["address"]), 30, what="the hand-restarted server")
+    hand = state_of(host)
+
+    # Verify only (no after_invocation): the running process disagrees with the intent.
+    run = run_playbook(ready_playbook(host["name"], expect=EXPECT_2048, timeout=30), env=RUN_ENV)
+    assert run.rc != 0, run
+    result = Results(run.out).one("sglang_ready", host["name"])["result"]
+    assert result["verdict"] == "mismatch", result
+    assert result["invocation_id"] == hand["InvocationID"]
+    assert "expected 2048" in result["msg"] and "observed 4096" in result["msg"], result["msg"]
+    assert f"{WINDOW_FLAG} 4096 in sglang.service" in result["msg"], result["msg"]
+    assert state_of(host)["InvocationID"] == hand["InvocationID"]  # caught, nothing restarted
+
+    # The role (same vars as the deploy) puts the unit back and verifies a new process.
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    rep = report(results, host)
+    assert rep["previous_invocation"] == hand["InvocationID"]
+    assert rep["invocation"] not in (hand["InvocationID"], None)
+    assert rep["observed"]["draft_window_size"] == 2048
+    assert unit_checksum(sh, host) == deployed
+
+
+# --- 13. sglang_info ---------------------------------------------------------------------------
+
+def test_sglang_info_reports_facts_of_the_current_invocation(host, fleet, apply_role, state_of):
+    def info(unit="sglang.service"):
+        module = getattr(fleet[host["name"]], "gpufleet.inference.sglang_info")
+        result = module(unit=unit, url=f"http://{host['address']}:30000")
+        return dict(result.contacted[host["name"]])
+
+    missing = info("gpf-never-installed.service")
+    assert missing["exists"] is False and missing["changed"] is False, missing
+    assert missing["invocation_id"] is None and missing["server_info"] is None
+    assert info()["exists"] is False  # cleaned: sglang.service is not installed
+
+    run, results, seconds = apply_role(host)
+    assert run.rc == 0, run
+    state = state_of(host)
+    facts = info()
+    assert facts["exists"] is True and facts["changed"] is False
+    assert facts["invocation_id"] == state["InvocationID"] == report(results, host)["invocation"]
+    assert facts["main_pid"] == int(state["MainPID"]) > 0
+    assert facts["active_state"] == "active"
+    assert facts["config"] == {"attention_backend": facts["config"]["attention_backend"],
+                               "model": "DFlashDraftModel", "block_size": 16,
+                               "draft_window_size": 2048, "compact_cache": True}, facts["config"]
+    assert "Initialized DFLASH draft runner" in facts["config_line"]
+    assert WINDOW_FLAG in facts["exec_start"] and host["address"] in facts["exec_start"]
+    server_info = facts["server_info"]
+    assert server_info["speculative_algorithm"] == "DFLASH"
+    assert server_info["speculative_dflash_draft_window_size"] == 2048
+    assert server_info["tp_size"] == 8 and server_info["version"] == "0.5.11"
