@@ -211,8 +211,7 @@ def test_flood_with_low_journald_limit_falls_back_to_server_info(host, apply_rol
     assert any("suppress" in note.lower() or "rate limit" in note for note in wait["notes"])
 
 
-def test_flood_really_loses_the_config_line_on_this_journald(host, apply_role, sh, state_of,
-                                                            restore_journald):
+def test_flood_really_loses_the_config_line_on_this_journald(host, apply_role, sh, state_of, restore_journald):
     """What the lab's journald does with a flood (the ground truth for the two tests around)."""
     run, results, seconds = apply_role(host, fault=FLOOD, sglang_verify=False,
                                        sglang_journal_rate_limit_interval="5s", **LOW_LIMIT)

@@ -1,7 +1,9 @@
 """The role gpufleet.inference.sglang on the lab: real systemd, real journald, the real simulator.
 
 Tests use the first lab host unless they say otherwise; test_deploy_* uses the first two (or the
-only one) in parallel. Every test starts and ends with clean hosts (clean_fleet).
+only one) in parallel. Every test starts and ends with clean hosts (clean_fleet), except that the
+tests of TestOnADeployedHost share one deployment (class-scoped): each of them proves it changed
+neither the unit file nor the running invocation.
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ import time
 
 import pytest
 
-from role_support import (BASE_ENV, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK, VERIFY_TASK, WAIT_TASK,
-                          WINDOW_FLAG, GenerateProbe, Results, generate, invocation_journal,
+from role_support import (BASE_ENV, CLEAN_HOST, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
+                          VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results, generate, invocation_journal,
                           ready_playbook, role_playbook, unit_checksum, unit_file, wait_for)
 
 REPORT_TASK = "Report the new SGLang process"
@@ -173,44 +175,6 @@ def test_bad_variables_fail_before_any_host_change(host, apply_role, sh, state_o
         assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
 
 
-# --- 9. a second run restarts nothing and still verifies ---------------------------------------
-
-def test_second_run_restarts_nothing_and_verifies(host, apply_role, state_of):
-    run, results, seconds = apply_role(host)
-    assert run.rc == 0, run
-    before = state_of(host)
-    run, results, seconds = apply_role(host)
-    assert run.rc == 0, run
-    assert results.recap[host["name"]]["changed"] == 0, results.recap
-    assert results.recap[host["name"]]["failed"] == 0
-    assert results.of(WAIT_TASK) == []  # no handler: nothing restarted
-    verified = results.one(VERIFY_TASK, host["name"])
-    assert verified["status"] == "ok", verified
-    assert verified["result"]["verdict"] == "pass"
-    assert verified["result"]["invocation_id"] == before["InvocationID"]
-    assert verified["result"]["observed"]["draft_window_size"] == 2048
-    after = state_of(host)
-    assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
-
-
-# --- 10. check mode ----------------------------------------------------------------------------
-
-def test_check_mode_shows_the_diff_and_changes_nothing(host, apply_role, sh, state_of):
-    run, results, seconds = apply_role(host)
-    assert run.rc == 0, run
-    checksum, before = unit_checksum(sh, host), state_of(host)
-    run, results, seconds = apply_role(host, check=True, diff=True,
-                                       sglang_speculative_draft_window_size=4096)
-    assert run.rc == 0, run
-    assert '-    "2048"' in run.out and '+    "4096"' in run.out, run
-    assert f'"{WINDOW_FLAG}" \\' in run.out
-    assert unit_checksum(sh, host) == checksum
-    after = state_of(host)
-    assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
-    waited = results.of(WAIT_TASK, host["name"])
-    assert all(item["result"].get("verdict") in (None, "check_mode") for item in waited), waited
-
-
 # --- 11. drift ---------------------------------------------------------------------------------
 
 def test_drift_is_caught_without_restart_and_the_role_puts_it_back(host, apply_role, run_playbook,
@@ -244,33 +208,81 @@ def test_drift_is_caught_without_restart_and_the_role_puts_it_back(host, apply_r
     assert unit_checksum(sh, host) == deployed
 
 
-# --- 13. sglang_info ---------------------------------------------------------------------------
+# --- 9, 10, 13: on a deployed host, each of them changes nothing (and proves it) --------------
 
-def test_sglang_info_reports_facts_of_the_current_invocation(host, fleet, apply_role, state_of):
-    def info(unit="sglang.service"):
-        module = getattr(fleet[host["name"]], "gpufleet.inference.sglang_info")
-        result = module(unit=unit, url=f"http://{host['address']}:30000")
-        return dict(result.contacted[host["name"]])
-
-    missing = info("gpf-never-installed.service")
-    assert missing["exists"] is False and missing["changed"] is False, missing
-    assert missing["invocation_id"] is None and missing["server_info"] is None
-    assert info()["exists"] is False  # cleaned: sglang.service is not installed
-
-    run, results, seconds = apply_role(host)
+@pytest.fixture(scope="class")
+def deployed(lab_hosts, run_playbook, server_vars, sh, state_of):
+    """The first lab host with the role applied once (window 2048), for tests that change nothing."""
+    host = lab_hosts[0]
+    sh(host, CLEAN_HOST, check=False)
+    run = run_playbook(role_playbook(host["name"]),
+                       extra_vars=server_vars(sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT),
+                       env=RUN_ENV)
     assert run.rc == 0, run
-    state = state_of(host)
-    facts = info()
-    assert facts["exists"] is True and facts["changed"] is False
-    assert facts["invocation_id"] == state["InvocationID"] == report(results, host)["invocation"]
-    assert facts["main_pid"] == int(state["MainPID"]) > 0
-    assert facts["active_state"] == "active"
-    assert facts["config"] == {"attention_backend": facts["config"]["attention_backend"],
-                               "model": "DFlashDraftModel", "block_size": 16,
-                               "draft_window_size": 2048, "compact_cache": True}, facts["config"]
-    assert "Initialized DFLASH draft runner" in facts["config_line"]
-    assert WINDOW_FLAG in facts["exec_start"] and host["address"] in facts["exec_start"]
-    server_info = facts["server_info"]
-    assert server_info["speculative_algorithm"] == "DFLASH"
-    assert server_info["speculative_dflash_draft_window_size"] == 2048
-    assert server_info["tp_size"] == 8 and server_info["version"] == "0.5.11"
+    yield {"host": host, "report": report(Results(run.out), host), "state": state_of(host),
+           "checksum": unit_checksum(sh, host)}
+    sh(host, CLEAN_HOST, check=False)
+
+
+class TestOnADeployedHost:
+
+    def assert_unchanged(self, deployed, sh, state_of):
+        host = deployed["host"]
+        assert unit_checksum(sh, host) == deployed["checksum"]
+        after = state_of(host)
+        assert (after["InvocationID"], after["MainPID"]) == (
+            deployed["state"]["InvocationID"], deployed["state"]["MainPID"]), (deployed["state"], after)
+
+    def test_second_run_restarts_nothing_and_verifies(self, deployed, apply_role, sh, state_of):
+        host = deployed["host"]
+        run, results, seconds = apply_role(host)
+        assert run.rc == 0, run
+        assert results.recap[host["name"]]["changed"] == 0, results.recap
+        assert results.recap[host["name"]]["failed"] == 0
+        assert results.of(WAIT_TASK) == []  # no handler: nothing restarted
+        verified = results.one(VERIFY_TASK, host["name"])
+        assert verified["status"] == "ok", verified
+        assert verified["result"]["verdict"] == "pass"
+        assert verified["result"]["invocation_id"] == deployed["state"]["InvocationID"]
+        assert verified["result"]["observed"]["draft_window_size"] == 2048
+        self.assert_unchanged(deployed, sh, state_of)
+
+    def test_check_mode_shows_the_diff_and_changes_nothing(self, deployed, apply_role, sh, state_of):
+        run, results, seconds = apply_role(deployed["host"], check=True, diff=True,
+                                           sglang_speculative_draft_window_size=4096)
+        assert run.rc == 0, run
+        assert '-    "2048"' in run.out and '+    "4096"' in run.out, run
+        assert f'"{WINDOW_FLAG}" \\' in run.out
+        waited = results.of(WAIT_TASK, deployed["host"]["name"])
+        assert all(item["result"].get("verdict") in (None, "check_mode") for item in waited), waited
+        self.assert_unchanged(deployed, sh, state_of)
+
+    def test_sglang_info_reports_facts_of_the_current_invocation(self, deployed, fleet, sh, state_of):
+        host = deployed["host"]
+
+        def info(unit="sglang.service"):
+            module = getattr(fleet[host["name"]], "gpufleet.inference.sglang_info")
+            result = module(unit=unit, url=f"http://{host['address']}:30000")
+            return dict(result.contacted[host["name"]])
+
+        missing = info("gpf-never-installed.service")
+        assert missing["exists"] is False and missing["changed"] is False, missing
+        assert missing["invocation_id"] is None and missing["server_info"] is None
+        assert missing["config"] is None and missing["exec_start"] == []
+
+        facts = info()
+        state = deployed["state"]
+        assert facts["exists"] is True and facts["changed"] is False
+        assert facts["invocation_id"] == state["InvocationID"] == deployed["report"]["invocation"]
+        assert facts["main_pid"] == int(state["MainPID"]) > 0
+        assert facts["active_state"] == "active"
+        assert facts["config"] == {"attention_backend": facts["config"]["attention_backend"],
+                                   "model": "DFlashDraftModel", "block_size": 16,
+                                   "draft_window_size": 2048, "compact_cache": True}, facts["config"]
+        assert "Initialized DFLASH draft runner" in facts["config_line"]
+        assert WINDOW_FLAG in facts["exec_start"] and host["address"] in facts["exec_start"]
+        server_info = facts["server_info"]
+        assert server_info["speculative_algorithm"] == "DFLASH"
+        assert server_info["speculative_dflash_draft_window_size"] == 2048
+        assert server_info["tp_size"] == 8 and server_info["version"] == "0.5.11"
+        self.assert_unchanged(deployed, sh, state_of)
