@@ -70,8 +70,10 @@ def fault_runs(lab_hosts, run_playbook, server_vars, sh, state_of):
     return runs
 
 
-def fault(fault_runs, name) -> dict:
+def fault(fault_runs, name, record_property) -> dict:
     run = fault_runs[name]
+    record_property("verdict", run["result"].get("verdict"))
+    record_property("time_to_verdict", run["result"].get("elapsed"))
     assert run["status"] == "fatal", (name, run["run"])
     return run["result"]
 
@@ -97,15 +99,17 @@ def apply_role(run_playbook, server_vars):
     return _apply
 
 
-def failed_wait(results, host):
+def failed_wait(results, host, record_property):
     item = results.one(WAIT_TASK, host["name"])
+    record_property("verdict", item["result"].get("verdict"))
+    record_property("time_to_verdict", item["result"].get("elapsed"))
     assert item["status"] == "fatal", item
     return item["result"]
 
 
-def test_ignore_window_fails_naming_the_flag(fault_runs):
+def test_ignore_window_fails_naming_the_flag(fault_runs, record_property):
     """The original incident: the unit says 2048, the process runs without a window."""
-    result = fault(fault_runs, "ignore_window")
+    result = fault(fault_runs, "ignore_window", record_property)
     assert result["verdict"] == "mismatch", result
     msg = result["msg"]
     assert "draft_window_size" in msg and "2048" in msg and "None" in msg, msg
@@ -119,8 +123,8 @@ def test_ignore_window_fails_naming_the_flag(fault_runs):
     assert result["elapsed"] < TIMEOUT / 2, result["elapsed"]
 
 
-def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs):
-    result = fault(fault_runs, "crash_during_load")
+def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs, record_property):
+    result = fault(fault_runs, "crash_during_load", record_property)
     assert result["verdict"] == "died", result
     assert "Scheduler hit an exception" in result["msg"], result["msg"]
     assert "Received sigquit from a child process" in result["msg"], result["msg"]
@@ -129,8 +133,8 @@ def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs):
     assert result["elapsed"] < 15, result["elapsed"]  # seconds, not the 60 s timeout
 
 
-def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs):
-    result = fault(fault_runs, "crash_loop")
+def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs, record_property):
+    result = fault(fault_runs, "crash_loop", record_property)
     assert result["verdict"] == "crash_loop", result
     assert "crash loop" in result["msg"], result["msg"]
     assert "Scheduler hit an exception" in result["msg"], result["msg"]
@@ -141,8 +145,8 @@ def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs):
         or state["SubState"].startswith("auto-restart"), state
 
 
-def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs):
-    result = fault(fault_runs, "hang_during_load")
+def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs, record_property):
+    result = fault(fault_runs, "hang_during_load", record_property)
     assert result["verdict"] == "timeout", result
     msg = result["msg"]
     assert "timed out after" in msg and "last phase: loading" in msg, msg
@@ -152,7 +156,7 @@ def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs):
     assert 15 <= result["elapsed"] < 25, result["elapsed"]
 
 
-def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, server_vars):
+def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, record_property):
     address = host["address"]
     stray = ("systemd-run --unit gpf-stray.service -E SGLANG_SIM_LOAD_SECONDS=1 "
              "/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/stray "
@@ -162,7 +166,7 @@ def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, se
         wait_for(lambda: generate(address), 30, what="the stray server to answer")
         run, results, seconds = apply_role(host)
         assert run.rc != 0, run
-        result = failed_wait(results, host)
+        result = failed_wait(results, host, record_property)
         assert result["verdict"] == "foreign_listener", result
         assert "gpf-stray.service" in result["msg"], result["msg"]
         assert f"a process outside sglang.service answers on {address}:30000" in result["msg"]
@@ -201,10 +205,12 @@ def suppression_notices(sh, host, invocation):
     "queries MESSAGE_ID=a596d6fe7bfa4994828e72dfa9ce7fdf while journald writes "
     "a596d6fe7bfa4994828e72309e95d61e. Verdict on the lab: missing_config_line, no suppression, "
     "no /server_info fallback"))
-def test_flood_with_low_journald_limit_falls_back_to_server_info(host, apply_role, restore_journald):
+def test_flood_with_low_journald_limit_falls_back_to_server_info(host, apply_role, restore_journald, record_property):
     run, results, seconds = apply_role(host, fault=FLOOD, sglang_journal_rate_limit_interval="30s",
                                        **LOW_LIMIT)
     wait = results.one(WAIT_TASK, host["name"])["result"]
+    record_property("verdict", wait.get("verdict"))
+    record_property("time_to_verdict", wait.get("elapsed"))
     assert wait.get("verdict") in ("pass", "mismatch"), wait.get("msg")
     assert wait["source"] == "server_info", wait
     assert wait["suppression"]["messages_dropped"] > 0
@@ -239,8 +245,8 @@ def test_flood_really_loses_the_config_line_on_this_journald(host, apply_role, s
     "OBJECT_SYSTEMD_INVOCATION_ID = the invocation), _journal.suppressed_notices() filters on "
     "MESSAGE_ID=a596d6fe7bfa4994828e72dfa9ce7fdf, finds nothing, and sglang_ready reports "
     "missing_config_line instead of comparing /server_info"))
-def test_verify_only_after_the_notice_uses_server_info(host, apply_role, run_playbook, sh,
-                                                       state_of, restore_journald):
+def test_verify_only_after_the_notice_uses_server_info(host, apply_role, run_playbook, sh, state_of,
+                                                       restore_journald, record_property):
     run, results, seconds = apply_role(host, fault=FLOOD, sglang_verify=False,
                                        sglang_journal_rate_limit_interval="5s", **LOW_LIMIT)
     assert run.rc == 0, run
@@ -252,6 +258,8 @@ def test_verify_only_after_the_notice_uses_server_info(host, apply_role, run_pla
     run = run_playbook(ready_playbook(host["name"], expect=EXPECT_2048, timeout=30),
                        env=RUN_ENV)
     result = Results(run.out).one("sglang_ready", host["name"])["result"]
+    record_property("verdict", result.get("verdict"))
+    record_property("time_to_verdict", result.get("elapsed"))
     assert result.get("verdict") == "pass", result.get("msg")
     assert result["source"] == "server_info"
     assert result["suppression"]["messages_dropped"] > 1000

@@ -102,7 +102,7 @@ def test_deploy_window_2048_verifies_the_new_invocation(clean_fleet, apply_role,
 SLOW_STOP = 20
 
 
-def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, state_of):
+def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, state_of, record_property):
     # Deploy #1 runs the process that will be slow to stop: slow_stop is in ITS environment.
     run, results, seconds = apply_role(host, env={"SGLANG_SIM_FAULT": f"slow_stop={SLOW_STOP}"})
     assert run.rc == 0, run
@@ -129,10 +129,15 @@ def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, sta
     assert answered, old_entries[-30:]
     assert any(ok and sigterm < t < new_start for t, ok in probe.samples), probe.samples
     # ... for at least its stop delay, and the verdict came only from the new process after that.
+    record_property("old_answered_after_sigterm", max(answered) - sigterm)
+    record_property("sigterm_to_new_start", new_start - sigterm)
+    record_property("deploy_seconds", seconds)
     assert new_start - sigterm >= SLOW_STOP, (sigterm, new_start)
     assert max(answered) < new_start
     assert started < sigterm and seconds >= SLOW_STOP
     wait = results.one(WAIT_TASK, host["name"])["result"]
+    record_property("verdict", wait["verdict"])
+    record_property("time_to_verdict", wait["elapsed"])
     assert wait["invocation_id"] == new and wait["phases"]["new_invocation"]["invocation_id"] == new
 
 
