@@ -18,7 +18,8 @@ import collections
 import json
 
 # journald's own "Suppressed N messages from UNIT" notice (SD_MESSAGE_JOURNAL_DROPPED).
-JOURNAL_DROPPED_MESSAGE_ID = "a596d6fe7bfa4994828e72dfa9ce7fdf"
+# SD_MESSAGE_JOURNAL_DROPPED (systemd/sd-messages.h), as journald writes it (checked on systemd 252).
+JOURNAL_DROPPED_MESSAGE_ID = "a596d6fe7bfa4994828e72309e95d61e"
 
 
 class JournalError(Exception):

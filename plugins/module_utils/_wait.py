@@ -57,7 +57,7 @@ class Waiter(object):
                  wall=time.time, after_invocation=None, expect=None, timeout=900.0, poll_interval=5.0,
                  request_timeout=60.0, max_new_tokens=8, prompt="The capital of France is",
                  crash_loop_restarts=0, provenance=None, suppressed=None, flags_for_key=None,
-                 tail_lines=20, check_mode=False):
+                 tail_lines=20, check_mode=False, journal_grace=35.0):
         self.systemd = systemd
         self.journal_factory = journal_factory
         self.http = http
@@ -78,6 +78,10 @@ class Waiter(object):
         self.flags_for_key = flags_for_key or (lambda key: ())
         self.tail_lines = tail_lines
         self.check_mode = check_mode
+        # journald writes "Suppressed N messages" only once its rate-limit interval is over AND
+        # the unit logs again: a missing config line is judged that long after /generate answers.
+        self.journal_grace = float(journal_grace)
+        self.missing_since = None
 
         self.started = None
         self.state = None
@@ -331,7 +335,7 @@ class Waiter(object):
         return "%s: invocation %s is serving (%s; /generate answered after %.1fs)" % (
             self.unit, self.invocation_id, how, self.elapsed())
 
-    def _without_config_line(self):
+    def _without_config_line(self, final=False):
         notices = []
         if self.suppressed is not None:
             try:
@@ -339,6 +343,14 @@ class Waiter(object):
             except JournalError as exc:
                 self.notes.append("could not look for journald suppression notices: %s" % exc)
         if not notices:
+            if self.missing_since is None:
+                self.missing_since = self.clock()
+            waited = self.clock() - self.missing_since
+            if not final and waited < self.journal_grace:
+                # Each poll's /generate makes SGLang log a line, which lets journald write its notice.
+                self.phase = ("/generate answers but no config line yet: waiting up to %.0fs for journald's "
+                              "suppression notice (%.0fs so far)" % (self.journal_grace, waited))
+                return WAIT
             return Outcome(MISSING_CONFIG_LINE, (
                 "%s: no config line ('Initialized DFLASH draft runner' / 'Initialized DDTree worker', rank 0) in the "
                 "journal of invocation %s although /generate answers (SGLang logs it before the port opens); "
@@ -365,6 +377,9 @@ class Waiter(object):
     # --- timeout ---------------------------------------------------------------------------
 
     def _timeout(self):
+        if self.missing_since is not None and self.config is None:
+            # /generate answered: what is missing is the config line, not readiness.
+            return self._without_config_line(final=True)
         last_line = None
         if self.journal is not None and self.journal.last_lines:
             last_line = self.journal.last_lines[-1]

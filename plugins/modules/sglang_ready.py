@@ -73,6 +73,16 @@ options:
       - The default V(0) fails at the first one.
     type: int
     default: 0
+  journal_grace:
+    description:
+      - When C(/generate) answers but the journal of the invocation has no config line, how many
+        seconds to keep looking for journald's C(Suppressed N messages) notice before failing.
+      - journald writes that notice only after its rate-limit interval (C(RateLimitIntervalSec=),
+        30 seconds by default) has passed and the unit logs again (the module's C(/generate) probe
+        makes it log); set this a few seconds above that interval. With a notice, C(/server_info)
+        stands in for the lost config line. V(0) fails at once.
+    type: float
+    default: 35
   verify_listener:
     description:
       - Check that the process listening on the host and port of O(url) belongs to the unit's cgroup
@@ -270,6 +280,7 @@ class SGLangReady(object):
             max_new_tokens=params["max_new_tokens"],
             prompt=params["prompt"],
             crash_loop_restarts=params["crash_loop_restarts"],
+            journal_grace=params["journal_grace"],
             provenance=provenance,
             suppressed=lambda invocation_id, since: suppressed_notices(run, unit, invocation_id, since, journalctl),
             flags_for_key=flags_for_key,
@@ -309,6 +320,7 @@ def main():
             prompt=dict(type="str", default="The capital of France is"),
             max_new_tokens=dict(type="int", default=8, no_log=False),
             crash_loop_restarts=dict(type="int", default=0),
+            journal_grace=dict(type="float", default=35),
             verify_listener=dict(type="bool", default=True),
         ),
         supports_check_mode=True,

@@ -198,13 +198,6 @@ def suppression_notices(sh, host, invocation):
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "sglang_ready looks for journald's suppression notice once, the moment /generate answers, "
-    "but real journald (systemd 252) writes 'Suppressed N messages from sglang.service' only "
-    "when the rate-limit interval has ended AND the unit logs again; besides, _journal.py "
-    "queries MESSAGE_ID=a596d6fe7bfa4994828e72dfa9ce7fdf while journald writes "
-    "a596d6fe7bfa4994828e72309e95d61e. Verdict on the lab: missing_config_line, no suppression, "
-    "no /server_info fallback"))
 def test_flood_with_low_journald_limit_falls_back_to_server_info(host, apply_role, restore_journald, record_property):
     run, results, seconds = apply_role(host, fault=FLOOD, sglang_journal_rate_limit_interval="30s",
                                        **LOW_LIMIT)
@@ -240,11 +233,6 @@ def test_flood_really_loses_the_config_line_on_this_journald(host, apply_role, s
     assert int(notice["N_DROPPED"]) > 1000
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "even when journald's notice exists (MESSAGE_ID a596d6fe7bfa4994828e72309e95d61e, "
-    "OBJECT_SYSTEMD_INVOCATION_ID = the invocation), _journal.suppressed_notices() filters on "
-    "MESSAGE_ID=a596d6fe7bfa4994828e72dfa9ce7fdf, finds nothing, and sglang_ready reports "
-    "missing_config_line instead of comparing /server_info"))
 def test_verify_only_after_the_notice_uses_server_info(host, apply_role, run_playbook, sh, state_of,
                                                        restore_journald, record_property):
     run, results, seconds = apply_role(host, fault=FLOOD, sglang_verify=False,

@@ -117,3 +117,8 @@ def test_suppressed_notices_match_invocation_unit_or_message(run_table, jentries
     notices = jr.suppressed_notices(run_table, "sglang.service", INV, "Sun 2026-11-29 10:00:00 UTC")
     assert [n["count"] for n in notices] == [1200, 9, 3]
     assert notices[0]["invocation_id"] == INV
+
+
+def test_dropped_message_id_is_systemds():
+    # SD_MESSAGE_JOURNAL_DROPPED in systemd's sd-messages.h; seen on the lab's journald (systemd 252).
+    assert jr.JOURNAL_DROPPED_MESSAGE_ID == "a596d6fe7bfa4994828e72309e95d61e"

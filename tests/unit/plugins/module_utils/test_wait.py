@@ -274,6 +274,40 @@ def test_missing_config_line_after_generate_answers():
     assert outcome.verdict == wait.MISSING_CONFIG_LINE
     assert "no config line" in outcome.msg and NEW in outcome.msg and "/generate answers" in outcome.msg
     assert journal.grepped == 1  # searched the invocation (bounded) before declaring it missing
+    # ... but only after journald had time to write a late suppression notice (default grace 35 s)
+    assert 35 <= clock.now - 1000.0 < 45
+
+
+def test_missing_config_line_fails_at_once_without_grace():
+    journal = Journal(NEW, [["Uvicorn running on http://127.0.0.1:30000"]])
+    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([GOOD]), suppressed=lambda inv, since: [],
+                               journal_grace=0)
+    assert waiter.run().verdict == wait.MISSING_CONFIG_LINE
+    assert clock.now - 1000.0 < 1
+
+
+def test_late_suppression_notice_within_grace_falls_back_to_server_info():
+    # journald writes "Suppressed N messages" only after its interval ends and the unit logs again.
+    info = {"speculative_dflash_draft_window_size": 2048, "speculative_num_draft_tokens": 16}
+    looks = []
+
+    def suppressed(inv, since):
+        looks.append(clock.now)
+        return SUPPRESSED if len(looks) >= 4 else []
+    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD], server_info=info),
+                               suppressed=suppressed)
+    outcome = waiter.run()
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert waiter.result()["source"] == "server_info"
+    assert len(looks) == 4 and "suppression notice" not in outcome.msg
+
+
+def test_timeout_during_grace_reports_the_missing_line_not_readiness():
+    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD]),
+                               suppressed=lambda inv, since: [], timeout=12)
+    outcome = waiter.run()
+    assert outcome.verdict == wait.MISSING_CONFIG_LINE, outcome.msg
+    assert "no config line" in outcome.msg
 
 
 def test_config_line_found_by_grep_when_the_stream_had_gaps():
