@@ -155,7 +155,8 @@ def layer_sanity() -> Outcome:
 
 def layer_lint() -> Outcome:
     rc, out = stream([BIN / "ansible-lint", "--profile", "production", "--offline"])
-    match = re.search(r"Passed: (\d+) failure\(s\), (\d+) warning\(s\) on (\d+) files", out)
+    out = re.sub(r"\x1b\[[0-9;]*m", "", out)  # colour codes, should a terminal have asked for them
+    match = re.search(r"Passed:? (\d+) failure\(s\), (\d+) warning\(s\) (?:on|in) (\d+) files", out)
     if rc == 0 and match:
         return Outcome("lint", passed=int(match.group(3)), note="files linted")
     failures = re.search(r"Failed: (\d+) failure", out)

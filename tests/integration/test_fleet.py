@@ -57,7 +57,7 @@ def play(inventory: Path, playbook: str, extra_vars: dict | None = None, limit: 
                 "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
                 "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
     started = time.monotonic()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env,
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, env=env,
                           cwd=str(cwd or REPO))
     return Run(proc, time.monotonic() - started)
 
@@ -179,7 +179,7 @@ ROLLOUT_PLAY = "Roll SGLang settings out, batch by batch"
 
 def test_rollout_good_change_canary_then_batches(clean_fleet, router_clean, fleet_inv, lab_hosts,
                                                  state_of, sh, tmp_path):
-    hosts_yml, set_vars, _, deploy = fleet_inv
+    hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
     names = [h["name"] for h in lab_hosts]
     assert len(names) == 4, "this test expects a lab of 4 hosts"
     set_vars(sglang_speculative_draft_window_size=1024)
@@ -265,7 +265,7 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
     if not router_clean:
         pytest.skip("the lab inventory sets no sglang_router_url (lab.py up --router)")
     router = router_clean
-    hosts_yml, set_vars, _, deploy = fleet_inv
+    hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
     three = lab_hosts[:3]
     limit = ",".join(h["name"] for h in three)
     set_vars(sglang_speculative_draft_window_size=1024)
@@ -301,7 +301,7 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
                 pass
             time.sleep(0.1)
 
-    threads = [threading.Thread(target=client, daemon=True) for _ in range(2)]
+    threads = [threading.Thread(target=client, daemon=True) for _i in range(2)]
     threads.append(threading.Thread(target=poll_router, daemon=True))
     for t in threads:
         t.start()
@@ -350,7 +350,7 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
 
 def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_hosts, state_of, sh,
                                                   tmp_path):
-    hosts_yml, set_vars, _, deploy = fleet_inv
+    hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
     names = [h["name"] for h in lab_hosts]
     set_vars()
     deploy()
@@ -406,7 +406,7 @@ def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_ho
 
 def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_inv, lab_hosts,
                                               state_of, sh, tmp_path):
-    hosts_yml, set_vars, _, _ = fleet_inv
+    hosts_yml, set_vars, _inventory_dir, _deploy = fleet_inv
     set_vars()  # originals: window 2048, 16 draft tokens
     host = lab_hosts[0]  # sweep_host defaults to the first host of gpu
     results = tmp_path / "sweep"
