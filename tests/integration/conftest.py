@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from lab_support import CLEAN_HOST, REPO, PlaybookRun, ansible_playbook
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 
 def pytest_collection_modifyitems(items):
@@ -71,57 +69,18 @@ def sh():
     return host_sh
 
 
-class PlaybookRun:
-    def __init__(self, proc: subprocess.CompletedProcess):
-        self.rc = proc.returncode
-        self.out = proc.stdout + proc.stderr
-
-    def __repr__(self):
-        return f"PlaybookRun(rc={self.rc})\n{self.out[-6000:]}"
-
-
 @pytest.fixture(scope="session")
 def run_playbook(lab_inventory, tmp_path_factory):
     """Run a playbook (a path, or YAML text) against the lab; returns PlaybookRun(rc, out)."""
-    def _run(playbook, extra_vars: dict | None = None, limit: str | None = None,
-             check: bool = False, diff: bool = False, timeout: float = 900,
-             env: dict | None = None) -> PlaybookRun:
+    def _run(playbook, **kwargs) -> PlaybookRun:
         if isinstance(playbook, str) and "\n" in playbook:
             path = tmp_path_factory.mktemp("pb") / "playbook.yml"
             path.write_text(playbook)
-        else:
-            path = Path(playbook)
-            if not path.is_absolute():
-                path = REPO / path
-        argv = [str(BIN / "ansible-playbook"), "-i", str(lab_inventory), str(path)]
-        if extra_vars:
-            argv += ["-e", json.dumps(extra_vars)]
-        if limit:
-            argv += ["--limit", limit]
-        if check:
-            argv.append("--check")
-        if diff:
-            argv.append("--diff")
-        run_env = dict(os.environ)
-        run_env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-                        "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
-        run_env.update(env or {})
-        proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
-                              env=run_env, cwd=REPO)
-        return PlaybookRun(proc)
+            playbook = path
+        elif not Path(playbook).is_absolute():
+            playbook = REPO / playbook
+        return ansible_playbook(lab_inventory, playbook, **kwargs)
     return _run
-
-
-CLEAN_HOST = (
-    # Everything the role or a rollout may have left: unit, env file, last-known-good copies,
-    # journald drop-in, stray test servers. systemd stops by unit name, never by pattern.
-    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
-    "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
-    "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
-    "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
-    "rm -rf /var/lib/gpufleet-inference; systemctl daemon-reload; true"
-)
 
 
 @pytest.fixture

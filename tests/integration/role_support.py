@@ -31,14 +31,6 @@ _RESULT = re.compile(r"^(?P<status>ok|changed|fatal|failed|skipping): \[(?P<host
 _RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
 
 
-# conftest's CLEAN_HOST, for module-scoped fixtures (clean_fleet is function-scoped).
-CLEAN_HOST = (
-    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
-    "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
-    "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
-    "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
-    "rm -rf /var/lib/gpufleet-inference; systemctl daemon-reload; true"
-)
 
 
 def role_playbook(hosts: str) -> str:

@@ -11,56 +11,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import requests
 import yaml
+from lab_support import ansible_playbook
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 LOAD_SECONDS = "2"  # simulated weight loading; the code under test is sized for minutes
 # The simulator's SIGTERM watchdog polls every 5 s by default (like SGLang's): 1 s keeps stops short.
 SIM_ENV = {"SGLANG_SIM_LOAD_SECONDS": LOAD_SECONDS, "SGLANG_SIM_DRAIN_POLL_SECONDS": "1"}
 
 
 # ------------------------------------------------------------------ helpers
-
-class Run:
-    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
-        self.rc = proc.returncode
-        self.out = proc.stdout + proc.stderr
-        self.seconds = seconds
-
-    def __repr__(self):
-        return f"Run(rc={self.rc}, {self.seconds:.1f} s)\n{self.out[-8000:]}"
-
-
-def play(inventory: Path, playbook: str, extra_vars: dict | None = None, limit: str | None = None,
-         check: bool = False, cwd: Path | None = None, timeout: float = 600) -> Run:
-    """ansible-playbook against a per-test inventory (run_playbook always uses the lab's own)."""
-    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), playbook]
-    if extra_vars:
-        argv += ["-e", json.dumps(extra_vars)]
-    if limit:
-        argv += ["--limit", limit]
-    if check:
-        argv.append("--check")
-    env = dict(os.environ)
-    env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
-                "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
-    started = time.monotonic()
-    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=str(cwd or REPO))
-    return Run(proc, time.monotonic() - started)
-
 
 # Parallel first install (no canary needed on clean hosts), optionally joining the router.
 DEPLOY = """
@@ -98,7 +63,7 @@ def fleet_inv(lab_inventory_dir, server_vars, tmp_path):
         write("host_vars", name, data)
 
     def deploy(limit=None, join_router=False):
-        run = play(hosts_yml, str(deploy_pb), {"join_router": join_router}, limit=limit)
+        run = ansible_playbook(hosts_yml, str(deploy_pb), {"join_router": join_router}, limit=limit)
         assert run.rc == 0, run
         return run
 
@@ -189,7 +154,7 @@ def test_rollout_good_change_canary_then_batches(clean_fleet, router_clean, flee
     set_vars(sglang_speculative_draft_window_size=2048)
     results = tmp_path / "results"
     started = time.time()
-    run = play(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
+    run = ansible_playbook(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
     assert run.rc == 0, run
     after = invocations(lab_hosts, state_of)
 
@@ -219,7 +184,6 @@ def test_rollout_good_change_canary_then_batches(clean_fleet, router_clean, flee
 def test_rollout_bad_change_stops_reverts_and_names_the_flag(clean_fleet, router_clean, fleet_inv,
                                                              lab_hosts, state_of, sh, tmp_path):
     hosts_yml, set_vars, set_host_vars, deploy = fleet_inv
-    names = [h["name"] for h in lab_hosts]
     h1, h2, h3, h4 = lab_hosts[:4]
     set_vars(sglang_speculative_draft_window_size=1024)
     deploy(join_router=True)
@@ -229,7 +193,7 @@ def test_rollout_bad_change_stops_reverts_and_names_the_flag(clean_fleet, router
     set_vars(sglang_speculative_draft_window_size=2048)
     set_host_vars(h2["name"], sglang_environment=SIM_ENV | {"SGLANG_SIM_FAULT": "ignore_window"})
     results = tmp_path / "results"
-    run = play(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
+    run = ansible_playbook(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
     after = invocations(lab_hosts, state_of)
 
     assert run.rc != 0, run
@@ -308,7 +272,7 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
     try:
         time.sleep(1)
         set_vars(sglang_speculative_draft_window_size=2048)
-        run = play(hosts_yml, "playbooks/rollout.yml",
+        run = ansible_playbook(hosts_yml, "playbooks/rollout.yml",
                    {"rollout_results_dir": str(tmp_path / "results"), "rollout_batches": [1]},
                    limit=f"{limit},localhost")
         time.sleep(1)
@@ -358,7 +322,7 @@ def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_ho
 
     def verify(check=False):
         before = invocations(lab_hosts, state_of)
-        run = play(hosts_yml, "gpufleet.inference.verify", {"verify_results_dir": str(results)}, check=check)
+        run = ansible_playbook(hosts_yml, "gpufleet.inference.verify", {"verify_results_dir": str(results)}, check=check)
         assert invocations(lab_hosts, state_of) == before, "verify restarted something"
         newest = max(results.iterdir(), key=lambda p: p.stat().st_mtime)
         return run, json.loads((newest / "summary.json").read_text())
@@ -416,7 +380,7 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
                          "sglang_speculative_num_draft_tokens": [8, 16]},
         "sweep_bench": {"num_prompts": 16, "concurrency": 4, "max_new_tokens": 64},
     }
-    run = play(hosts_yml, "gpufleet.inference.sweep", extra)
+    run = ansible_playbook(hosts_yml, "gpufleet.inference.sweep", extra)
     assert run.rc == 0, run
 
     csv_text = (results / "results.csv").read_text()
@@ -440,7 +404,7 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
 
     # A re-run measures nothing: no restart, the CSV unchanged.
     files = {p.name: p.read_bytes() for p in results.iterdir()}
-    rerun = play(hosts_yml, "gpufleet.inference.sweep", extra)
+    rerun = ansible_playbook(hosts_yml, "gpufleet.inference.sweep", extra)
     assert rerun.rc == 0, rerun
     assert "4 measured already" in " ".join(rerun.out.split()), rerun
     assert "0 to measure" in " ".join(rerun.out.split()), rerun

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from role_support import (BASE_ENV, CLEAN_HOST, EXPECT_2048, RUN_ENV, WAIT_TASK, WINDOW_FLAG, Results,
+from lab_support import CLEAN_HOST
+from role_support import (BASE_ENV, EXPECT_2048, RUN_ENV, WAIT_TASK, WINDOW_FLAG, Results,
                           generate, invocation_journal, per_host_role_playbook, ready_playbook,
                           role_playbook, wait_for)
 

@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from role_support import (BASE_ENV, CLEAN_HOST, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
+from lab_support import CLEAN_HOST
+from role_support import (BASE_ENV, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
                           VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results, generate, invocation_journal,
                           ready_playbook, role_playbook, unit_checksum, unit_file, wait_for)
 

@@ -1,0 +1,57 @@
+"""Helpers shared by the lab tests (imported by conftest.py and the test modules)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+# Everything the role or a rollout may have left on a host: unit, env file, last-known-good
+# copies, journald drop-in, stray test servers. systemd stops by unit name, never by pattern.
+CLEAN_HOST = (
+    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
+    "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
+    "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
+    "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
+    "rm -rf /var/lib/gpufleet-inference; systemctl daemon-reload; true"
+)
+
+
+class PlaybookRun:
+    def __init__(self, proc: subprocess.CompletedProcess, seconds: float):
+        self.rc = proc.returncode
+        self.out = proc.stdout + proc.stderr
+        self.seconds = seconds
+
+    def __repr__(self):
+        return f"PlaybookRun(rc={self.rc}, {self.seconds:.1f} s)\n{self.out[-8000:]}"
+
+
+def ansible_playbook(inventory: Path, playbook, extra_vars: dict | None = None,
+                     limit: str | None = None, check: bool = False, diff: bool = False,
+                     timeout: float = 900, env: dict | None = None,
+                     cwd: Path | None = None) -> PlaybookRun:
+    """Run ansible-playbook with this checkout's collection; `playbook` is a path or a FQCN."""
+    argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    if limit:
+        argv += ["--limit", limit]
+    if check:
+        argv.append("--check")
+    if diff:
+        argv.append("--diff")
+    run_env = dict(os.environ)
+    run_env.update({"ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                    "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".build" / "collections"),
+                    "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0"})
+    run_env.update(env or {})
+    started = time.monotonic()
+    proc = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout,
+                          env=run_env, cwd=str(cwd or REPO))
+    return PlaybookRun(proc, time.monotonic() - started)
