@@ -15,7 +15,6 @@ import yaml
 from lab_support import CLEAN_HOST, REPO, PlaybookRun, ansible_playbook
 
 
-
 def pytest_collection_modifyitems(items):
     for item in items:
         item.add_marker(pytest.mark.lab)

@@ -31,8 +31,6 @@ _RESULT = re.compile(r"^(?P<status>ok|changed|fatal|failed|skipping): \[(?P<host
 _RECAP = re.compile(r"^(?P<host>\S+)\s+:\s+(?P<counts>(?:\w+=\d+\s*)+)$")
 
 
-
-
 def role_playbook(hosts: str) -> str:
     """A play applying the role to `hosts` (vars come from run_playbook's extra vars)."""
     return f"""---

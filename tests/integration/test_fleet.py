@@ -273,8 +273,8 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
         time.sleep(1)
         set_vars(sglang_speculative_draft_window_size=2048)
         run = ansible_playbook(hosts_yml, "playbooks/rollout.yml",
-                   {"rollout_results_dir": str(tmp_path / "results"), "rollout_batches": [1]},
-                   limit=f"{limit},localhost")
+                               {"rollout_results_dir": str(tmp_path / "results"), "rollout_batches": [1]},
+                               limit=f"{limit},localhost")
         time.sleep(1)
     finally:
         stop.set()
