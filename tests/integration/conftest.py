@@ -42,7 +42,8 @@ def lab_hosts(lab_inventory) -> list[dict]:
             "ssh": ["ssh", "-i", gvars["ansible_ssh_private_key_file"], "-p",
                     str(gvars["ansible_port"]), "-o", "BatchMode=yes",
                     "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                    "-o", "LogLevel=ERROR", f"root@{hvars['ansible_host']}"],
+                    "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10", "-o", "ServerAliveInterval=10",
+                    "-o", "ServerAliveCountMax=6", f"root@{hvars['ansible_host']}"],
         })
     return hosts
 
@@ -71,14 +72,14 @@ def sh():
 @pytest.fixture(scope="session")
 def run_playbook(lab_inventory, tmp_path_factory):
     """Run a playbook (a path, or YAML text) against the lab; returns PlaybookRun(rc, out)."""
-    def _run(playbook, **kwargs) -> PlaybookRun:
+    def _run(playbook, *args, **kwargs) -> PlaybookRun:
         if isinstance(playbook, str) and "\n" in playbook:
             path = tmp_path_factory.mktemp("pb") / "playbook.yml"
             path.write_text(playbook)
             playbook = path
         elif not Path(playbook).is_absolute():
             playbook = REPO / playbook
-        return ansible_playbook(lab_inventory, playbook, **kwargs)
+        return ansible_playbook(lab_inventory, playbook, *args, **kwargs)
     return _run
 
 

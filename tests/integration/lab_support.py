@@ -13,8 +13,11 @@ BIN = Path(sys.executable).parent
 
 # Everything the role or a rollout may have left on a host: unit, env file, last-known-good
 # copies, journald drop-in, stray test servers. systemd stops by unit name, never by pattern.
+# SIGKILL first: a test may leave a process that drains or ignores SIGTERM for minutes
+# (TimeoutStopSec is sized for real loads); cleanup must not wait for it.
 CLEAN_HOST = (
-    "for u in sglang.service gpf-stray.service; do systemctl stop $u 2>/dev/null; "
+    "for u in sglang.service gpf-stray.service; do systemctl kill --signal=SIGKILL $u 2>/dev/null; "
+    "systemctl stop $u 2>/dev/null; "
     "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
     "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
     "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
