@@ -15,9 +15,13 @@ BIN = Path(sys.executable).parent
 # copies, journald drop-in, stray test servers. systemd stops by unit name, never by pattern.
 # SIGKILL first: a test may leave a process that drains or ignores SIGTERM for minutes
 # (TimeoutStopSec is sized for real loads); cleanup must not wait for it.
+# Lab trap (systemd 252 in nspawn on a hybrid cgroup host): systemd sometimes misses the
+# "cgroup empty" event and keeps an already-dead unit in "deactivating" until TimeoutStopSec;
+# daemon-reexec makes it look again.
 CLEAN_HOST = (
     "for u in sglang.service gpf-stray.service; do systemctl kill --signal=SIGKILL $u 2>/dev/null; "
-    "systemctl stop $u 2>/dev/null; "
+    "timeout 20 systemctl stop $u 2>/dev/null; "
+    "if [ \"$(systemctl is-active $u)\" = deactivating ]; then systemctl daemon-reexec; sleep 1; fi; "
     "systemctl disable $u 2>/dev/null; systemctl reset-failed $u 2>/dev/null; done; "
     "rm -f /etc/systemd/system/sglang.service /etc/sglang/sglang.env "
     "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf; "
