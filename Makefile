@@ -12,7 +12,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_DIR)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv link lab-up lab-down lab-status demo test test-unit sanity lint \
+.PHONY: help venv system-deps link lab-up lab-down lab-status demo test test-unit sanity lint \
         test-integration molecule build bench clean
 
 help:
@@ -29,13 +29,17 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
+# Installs the missing system packages (as root; names them), nothing when all are present.
+system-deps:
+	@tests/lab/system_deps.sh
+
 $(COLL_LINK):
 	mkdir -p $(dir $@)
 	ln -sfn $(CURDIR) $@
 
 link: $(COLL_LINK)
 
-lab-up: venv link
+lab-up: system-deps venv link
 	$(PY) tests/lab/lab.py up --hosts $(HOSTS)$(if $(filter 1,$(ROUTER)), --router)
 
 lab-down:
@@ -53,7 +57,7 @@ build: venv
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
 
-test: venv link
+test: system-deps venv link
 	$(PY) tests/run_layers.py all
 
 test-unit: venv link
@@ -65,10 +69,10 @@ sanity: venv link
 lint: venv link
 	$(PY) tests/run_layers.py lint
 
-test-integration: venv link
+test-integration: system-deps venv link
 	$(PY) tests/run_layers.py integration
 
-molecule: venv link
+molecule: system-deps venv link
 	$(PY) tests/run_layers.py molecule
 
 bench: lab-up
