@@ -4,9 +4,11 @@ Each host is a real systemd (PID 1 in its container) with journald, sshd on its 
 address and the SGLang simulator in /opt/sglang/venv. The containers share the machine's network
 namespace, so every service in a host binds that host's own 127.0.1.N address.
 
-Commands: build-rootfs, up, down, status, inventory. Run as root. Stdlib only.
-Everything a lab starts is recorded in its state directory (PIDs, machine names); `down` stops
-exactly those, never by pattern.
+Commands: build-rootfs, up, down, status, inventory, sim-version. Run as root. Stdlib only.
+Everything a lab starts is recorded in its state directory (PIDs with their start times, machine
+names); `down` stops exactly those, never by pattern, and a failed `up` stops what it started.
+Each host's root is an overlay on the cached rootfs (a copy where overlayfs is not available), so
+creating a host costs no copy and the hosts share the page cache of their binaries.
 
 `up --router` (or LAB_ROUTER=1) also starts a real `sglang-router` from the controller's venv on
 `<LAB_NET>.2:<LAB_ROUTER_PORT>` (an address no host uses), with its Prometheus exporter on a free
@@ -18,7 +20,10 @@ itself registers the hosts whose server already answers /health.
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
 import hashlib
+import io
 import json
 import os
 import re
@@ -31,6 +36,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,6 +50,16 @@ RECIPE = {"suite": SUITE, "variant": "minbase", "packages": PACKAGES, "revision"
 SIM_SITE = "opt/sglang/venv/lib/python3.11/site-packages"
 SGLANG_PORT = 30000  # the port the role gives every host's server (sglang_port default)
 ROUTER_HOST_OCTET = 2  # <LAB_NET>.2: inside the lab's net, below LAB_FIRST, used by no host
+MAX_HOSTS = 64
+# Hosts created (overlay mount, host keys, simulator) and started at the same time: host keys
+# are CPU-bound and the machines have 2 cores; the boots themselves all run in parallel.
+CREATE_WORKERS = 4
+# Each host's systemd, logind, dbus and getty hold ~8 inotify instances, all as root (no user
+# namespace), so every lab on the machine shares root's budget: the default 128 fits ~15 hosts.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_INSTANCES_MIN = 1024
+PROC = Path("/proc")  # unit tests point this at a fake tree
+SIM_DEFAULT_VERSION = "0.5.11"  # the simulator's own default when _sim_profile.py says nothing
 
 
 class LabError(Exception):
@@ -102,7 +118,8 @@ def require_root_and_tools() -> None:
     if missing:
         raise LabError("missing tools: " + ", ".join(missing) +
                        "; install them with: apt-get install -y " +
-                       " ".join(sorted(set(missing.values()))))
+                       " ".join(sorted(set(missing.values()))) +
+                       " (or tests/lab/system_deps.sh, which make runs first)")
 
 
 def apt_mirror() -> str:
@@ -184,19 +201,58 @@ def build_rootfs() -> Path:
 
 # ---------------------------------------------------------------- hosts
 
-def pid_alive(pid: int) -> bool:
+def proc_stat(pid: int) -> tuple[str, int, str] | None:
+    """(state, parent PID, start time) from /proc/PID/stat; None when there is no such process.
+
+    The start time (field 22, clock ticks since boot) is fixed at fork and survives exec, so
+    together with the PID it names one process for good: a reused PID has another start time.
+    """
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        text = (PROC / str(pid) / "stat").read_text()
+    except (OSError, ValueError):
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the command name in (...) may hold spaces
+    return fields[0], int(fields[1]), fields[19]
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a running process; None for no process, a zombie or a dead one."""
+    stat = proc_stat(pid) if pid > 0 else None
+    return None if stat is None or stat[0] in ("Z", "X", "x") else stat[2]
+
+
+def nspawn_alive(meta: dict, proc: subprocess.Popen | None = None) -> bool:
+    """Is the systemd-nspawn recorded in `meta` still running?
+
+    By its Popen object while we are its parent, else by PID plus the start time recorded when
+    it was started. Never by its command line: on a machine with a small page cache a
+    just-forked child sits inside exec for seconds with an empty /proc/PID/cmdline and its
+    parent's name, and is alive all the same.
+    """
+    if proc is not None:
+        return proc.poll() is None
+    pid = meta.get("pid", -1)
+    started = process_start(pid)
+    if started is None:
         return False
-    except PermissionError:
-        return True
-    # A zombie or a reused PID is not our container: check the command line.
+    if "started" in meta:
+        return started == meta["started"]
+    # A record written before start times were kept: that nspawn is long past its exec.
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        argv0 = (PROC / str(pid) / "cmdline").read_bytes().split(b"\0")[0]
     except OSError:
         return False
-    return bool(cmdline) and cmdline[0].endswith(b"systemd-nspawn")
+    return argv0.endswith(b"systemd-nspawn")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in PROC.iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat and stat[1] == pid:
+                found.append(int(entry.name))
+    return found
 
 
 def ssh_base(lab: Lab, address: str) -> list[str]:
@@ -211,7 +267,7 @@ def ssh(lab: Lab, address: str, command: str, timeout: float = 30) -> subprocess
 
 
 def host_healthy(lab: Lab, meta: dict) -> bool:
-    if not pid_alive(meta.get("pid", -1)):
+    if not nspawn_alive(meta):
         return False
     try:
         proc = ssh(lab, meta["address"], "systemctl is-system-running", timeout=10)
@@ -225,6 +281,22 @@ def ensure_key(lab: Lab) -> None:
     if not lab.key.exists():
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{lab.name}-lab-only",
              "-f", str(lab.key)])
+
+
+def ensure_inotify_instances() -> None:
+    try:
+        current = int(INOTIFY_INSTANCES.read_text())
+    except (OSError, ValueError):
+        return
+    if current >= INOTIFY_INSTANCES_MIN:
+        return
+    try:
+        INOTIFY_INSTANCES.write_text(f"{INOTIFY_INSTANCES_MIN}\n")
+        log(f"fs.inotify.max_user_instances raised from {current} to {INOTIFY_INSTANCES_MIN} "
+            "(each host's systemd needs ~8; all containers share root's budget)")
+    except OSError as exc:
+        log(f"warning: fs.inotify.max_user_instances is {current} (~{current // 8} hosts on the "
+            f"whole machine) and could not be raised: {exc}")
 
 
 def configure_host(lab: Lab, root: Path, host: dict) -> None:
@@ -248,48 +320,165 @@ def install_simulator(root: Path) -> bool:
     if not SIM_PACKAGE.is_dir():
         log(f"{SIM_PACKAGE} does not exist yet: skipping the SGLang simulator install")
         return False
-    dest = root / SIM_SITE / "sglang"
+    site = root / SIM_SITE
+    dest = site / "sglang"
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(SIM_PACKAGE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    write_dist_info(site, sim_version(dest))
     return True
 
 
-def boot_host(lab: Lab, rootfs: Path, index: int) -> dict:
+def sim_version(package: Path) -> str:
+    """The version an installed simulator reports: its SIM_VERSION file, else its default.
+
+    As tests/sglang_sim/sglang/_sim_profile.py selects it, minus the SGLANG_SIM_VERSION
+    environment variable, which only the server's own environment can set.
+    """
+    pinned = package / "SIM_VERSION"
+    if pinned.is_file() and pinned.read_text().strip():
+        return pinned.read_text().strip()
+    try:
+        profile = (package / "_sim_profile.py").read_text()
+    except OSError:
+        return SIM_DEFAULT_VERSION
+    match = re.search(r"^DEFAULT_VERSION\s*=\s*[\"']([^\"']+)[\"']", profile, re.M)
+    return match.group(1) if match else SIM_DEFAULT_VERSION
+
+
+def write_dist_info(site: Path, version: str) -> Path:
+    """Write pip's record of an installed `sglang` next to the package, for `version`.
+
+    So `importlib.metadata.version("sglang")` answers on a lab host without importing sglang,
+    as it does where the real wheel is installed. RECORD as pip writes it: path, sha256 in
+    urlsafe base64 without padding, size; RECORD lists itself with no hash.
+    """
+    for old in site.glob("sglang-*.dist-info"):
+        shutil.rmtree(old)
+    info = site / f"sglang-{version}.dist-info"
+    info.mkdir()
+    files = {
+        "METADATA": ("Metadata-Version: 2.1\nName: sglang\nVersion: " + version + "\n"
+                     "Summary: SGLang simulator of the gpufleet lab (tests/sglang_sim), "
+                     "not the real SGLang\nRequires-Python: >=3.10\n"),
+        "WHEEL": "Wheel-Version: 1.0\nGenerator: gpufleet-lab\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "top_level.txt": "sglang\n",
+        "INSTALLER": "pip\n",
+        "REQUESTED": "",
+    }
+    for name, text in files.items():
+        (info / name).write_text(text)
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for path in sorted([*(site / "sglang").rglob("*"), *info.iterdir()]):
+        if path.is_file():
+            data = path.read_bytes()
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            writer.writerow([path.relative_to(site).as_posix(), f"sha256={digest}", len(data)])
+    writer.writerow([f"{info.name}/RECORD", "", ""])
+    (info / "RECORD").write_text(out.getvalue())
+    return info
+
+
+def pin_sim_version(root: Path, version: str) -> None:
+    """Make a host's simulator report `version`: its SIM_VERSION file and its dist-info agree."""
+    site = root / SIM_SITE
+    (site / "sglang" / "SIM_VERSION").write_text(version + "\n")
+    write_dist_info(site, version)
+
+
+def make_host_root(rootfs: Path, hdir: Path) -> str:
+    """The host's root: an overlay on the cached rootfs, or a full copy where overlayfs fails.
+
+    The overlay is instant and keeps the hosts' binaries in one page cache; a copy of the
+    309 MB rootfs takes 2-9 s per host here, and 64 copies 20 GB.
+    """
+    root = hdir / "root"
+    upper, work = hdir / "upper", hdir / "work"
+    for path in (root, upper, work):
+        path.mkdir()
+    mount = run(["mount", "-t", "overlay", "overlay", "-o",
+                 f"lowerdir={rootfs},upperdir={upper},workdir={work}", str(root)],
+                check=False, capture_output=True)
+    if mount.returncode == 0:
+        (root / ".complete").unlink(missing_ok=True)
+        return "overlay"
+    log(f"overlayfs not available ({mount.stderr.strip()}): copying the rootfs instead")
+    for path in (root, upper, work):
+        path.rmdir()
+    run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)])
+    (root / ".complete").unlink(missing_ok=True)
+    return "copy"
+
+
+def boot_host(lab: Lab, rootfs: Path, index: int) -> tuple[dict, subprocess.Popen]:
+    """Create host `index` and start its systemd-nspawn; the caller waits for the boot."""
     host = lab.host(index)
     hdir: Path = host["dir"]
     if hdir.exists():
         remove_host_dir(hdir)
     hdir.mkdir(parents=True)
-    root = hdir / "root"
     t0 = time.monotonic()
-    run(["cp", "-a", "--reflink=auto", str(rootfs), str(root)])
-    (root / ".complete").unlink(missing_ok=True)
-    configure_host(lab, root, host)
-    console = open(hdir / "console.log", "w")
-    proc = subprocess.Popen(
-        ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet", "--console=read-only",
-         "--machine", host["name"], "-D", str(root), "--boot"],
-        stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-        start_new_session=True)
+    try:
+        kind = make_host_root(rootfs, hdir)
+        configure_host(lab, hdir / "root", host)
+        with open(hdir / "console.log", "w") as console:
+            proc = subprocess.Popen(
+                ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet",
+                 "--console=read-only", "--machine", host["name"], "-D", str(hdir / "root"),
+                 "--boot"],
+                stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                start_new_session=True)
+    except BaseException:
+        remove_host_dir(hdir)
+        raise
+    # Read now, while the child is certainly ours (it may still be inside exec: that is fine,
+    # the start time is set at fork).
     meta = {"index": index, "name": host["name"], "address": host["address"],
-            "pid": proc.pid, "dir": str(hdir)}
+            "pid": proc.pid, "started": process_start(proc.pid), "dir": str(hdir)}
     (hdir / "host.json").write_text(json.dumps(meta))
     log(f"{host['name']}: booting at {host['address']} (nspawn pid {proc.pid}, "
-        f"copy {time.monotonic() - t0:.1f} s)")
-    return meta
+        f"{kind} {time.monotonic() - t0:.1f} s)")
+    return meta, proc
 
 
-def wait_booted(lab: Lab, meta: dict, timeout: float = 90) -> str:
+def boot_hosts(lab: Lab, rootfs: Path, indexes: list[int],
+               started: list[tuple[dict, subprocess.Popen]]) -> None:
+    """Create and start hosts a few at a time; append each (meta, proc) that started.
+
+    On the first failure no further host starts, and `started` still lists every host that
+    did, so the caller can stop exactly those.
+    """
+    pool = ThreadPoolExecutor(max_workers=CREATE_WORKERS)
+    futures = [pool.submit(boot_host, lab, rootfs, index) for index in indexes]
+    try:
+        for future in futures:
+            future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        started += [f.result() for f in futures
+                    if f.done() and not f.cancelled() and f.exception() is None]
+
+
+def boot_timeout(count: int) -> float:
+    """Seconds for `count` hosts booting at once on 2 cores (env LAB_BOOT_TIMEOUT overrides)."""
+    override = os.environ.get("LAB_BOOT_TIMEOUT")
+    return float(override) if override else 90 + 3 * count
+
+
+def wait_booted(lab: Lab, meta: dict, proc: subprocess.Popen | None = None,
+                timeout: float = 90) -> str:
     deadline = time.monotonic() + timeout
     state = "unreachable"
     while time.monotonic() < deadline:
-        if not pid_alive(meta["pid"]):
+        if not nspawn_alive(meta, proc):
+            rc = f" (rc={proc.returncode})" if proc is not None else ""
             tail = Path(meta["dir"], "console.log").read_text(errors="replace")[-1500:]
-            raise LabError(f"{meta['name']}: systemd-nspawn exited during boot:\n{tail}")
+            raise LabError(f"{meta['name']}: systemd-nspawn exited during boot{rc}:\n{tail}")
         try:
-            proc = ssh(lab, meta["address"], "systemctl is-system-running --wait", timeout=60)
-            state = proc.stdout.strip() or state
+            left = max(5.0, min(60.0, deadline - time.monotonic()))
+            result = ssh(lab, meta["address"], "systemctl is-system-running --wait", timeout=left)
+            state = result.stdout.strip() or state
         except subprocess.TimeoutExpired:
             state = "starting"
         if state in ("running", "degraded"):
@@ -298,17 +487,32 @@ def wait_booted(lab: Lab, meta: dict, timeout: float = 90) -> str:
     raise LabError(f"{meta['name']}: not booted after {timeout:.0f} s (last state: {state})")
 
 
-def stop_host(meta: dict, timeout: float = 20) -> None:
+def signal_pid(pid: int, sig: int, group: bool = False) -> None:
+    try:
+        (os.killpg if group else os.kill)(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_host(meta: dict, proc: subprocess.Popen | None = None, timeout: float = 20) -> None:
+    """Stop the host's recorded systemd-nspawn (if it still runs) and remove the host."""
     pid = meta.get("pid", -1)
-    if pid_alive(pid):
+    if nspawn_alive(meta, proc):
         # SIGTERM makes nspawn ask the container's systemd for an orderly poweroff.
-        os.kill(pid, signal.SIGTERM)
+        signal_pid(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while pid_alive(pid) and time.monotonic() < deadline:
+        while nspawn_alive(meta, proc) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if pid_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-            time.sleep(0.5)
+        if nspawn_alive(meta, proc):
+            log(f"{meta['name']}: no poweroff after {timeout:.0f} s, killing it")
+            # nspawn's child is the container's PID 1: killing it ends its whole PID namespace,
+            # which nspawn's own process group does not hold.
+            for child in children(pid):
+                signal_pid(child, signal.SIGKILL)
+            signal_pid(pid, signal.SIGKILL, group=True)
+            deadline = time.monotonic() + 10
+            while nspawn_alive(meta, proc) and time.monotonic() < deadline:
+                time.sleep(0.2)
     remove_host_dir(Path(meta["dir"]))
 
 
@@ -333,15 +537,6 @@ def router_command() -> list[str]:
         return [sys.executable, "-m", "sglang_router.launch_router"]
     raise LabError(f"sglang-router is not installed for {sys.executable}; run `make venv` "
                    "(requirements.txt pins it) or start the lab with .venv/bin/python")
-
-
-def process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (/proc/PID/stat field 22)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
 
 
 def router_alive(meta: dict) -> bool:
@@ -473,7 +668,7 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
             log(f"{meta['name']}: beyond HOSTS={count}, stopping")
             stop_host(meta)
             del existing[index]
-    booting = []
+    to_boot = []
     for index in range(1, count + 1):
         meta = existing.get(index)
         if meta and host_healthy(lab, meta):
@@ -487,16 +682,33 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
         if not port_free(host["address"], lab.ssh_port):
             raise LabError(f"{host['address']}:{lab.ssh_port} is already in use by another "
                            "process; choose another LAB_SSH_PORT or LAB_NET")
-        booting.append(boot_host(lab, rootfs, index))
-    for meta in booting:
-        state = wait_booted(lab, meta)
-        log(f"{meta['name']}: systemd {state}")
-    if router:
-        start_router(lab, router_port, count)
-    elif recorded_router(lab):
-        log("router: not requested (no --router / LAB_ROUTER=1), stopping it")
-        stop_router(lab)
-    write_inventory(lab, count)
+        to_boot.append(index)
+    # What this run started, by Popen object: on any failure (or Ctrl-C, SIGTERM) exactly
+    # these are stopped again; hosts that were kept stay as they were.
+    started: list[tuple[dict, subprocess.Popen]] = []
+    try:
+        if to_boot:
+            ensure_inotify_instances()
+            boot_hosts(lab, rootfs, to_boot, started)
+            deadline = time.monotonic() + boot_timeout(len(to_boot))
+            for meta, proc in started:
+                state = wait_booted(lab, meta, proc, timeout=deadline - time.monotonic())
+                log(f"{meta['name']}: systemd {state}")
+        if router:
+            start_router(lab, router_port, count)  # stops its own router when it fails
+        elif recorded_router(lab):
+            log("router: not requested (no --router / LAB_ROUTER=1), stopping it")
+            stop_router(lab)
+        write_inventory(lab, count)
+    except BaseException as exc:
+        if started:
+            log(f"up failed ({type(exc).__name__}): stopping the {len(started)} host(s) it started")
+        for meta, proc in started:
+            try:
+                stop_host(meta, proc, timeout=10)
+            except Exception as stop_exc:  # go on: stop every other host it started
+                log(f"{meta['name']}: stopping failed: {stop_exc}")
+        raise
     log(f"{count} host(s) up in {time.monotonic() - t0:.1f} s; inventory "
         f"{inventory_path(lab)}")
 
@@ -538,6 +750,22 @@ def cmd_status(lab: Lab) -> int:
     return 1 if bad else 0
 
 
+def cmd_sim_version(lab: Lab, version: str | None) -> None:
+    """Pin every host's simulator to `version` (SIM_VERSION and its dist-info, kept in step)."""
+    if not version or not re.fullmatch(r"\d+\.\d+\.\d+\S*", version):
+        raise LabError("sim-version needs a version like 0.5.23")
+    hosts = lab.recorded_hosts()
+    if not hosts:
+        raise LabError(f"lab {lab.name} has no hosts")
+    for meta in hosts:
+        pin_sim_version(Path(meta["dir"]) / "root", version)
+    log(f"simulator pinned to {version} on {len(hosts)} host(s); restart their servers to apply")
+
+
+def raise_interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def inventory_path(lab: Lab) -> Path:
     override = os.environ.get("LAB_INVENTORY")
     return Path(override) if override else REPO / "inventories" / "lab" / "hosts.yml"
@@ -566,7 +794,10 @@ def write_inventory(lab: Lab, count: int) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["build-rootfs", "up", "down", "status", "inventory"])
+    parser.add_argument("command", choices=["build-rootfs", "up", "down", "status", "inventory",
+                                            "sim-version"])
+    parser.add_argument("version", nargs="?",
+                        help="sim-version: the SGLang version every host's simulator reports")
     parser.add_argument("--hosts", type=int, default=int(os.environ.get("HOSTS", 3)))
     parser.add_argument("--name", default=os.environ.get("LAB_NAME", "gpflab"))
     parser.add_argument("--net", default=os.environ.get("LAB_NET", "127.0.1"))
@@ -579,14 +810,17 @@ def main(argv=None) -> int:
                         default=int(os.environ.get("LAB_ROUTER_PORT", 30080)))
     args = parser.parse_args(argv)
     try:
-        if not 1 <= args.hosts <= 50:
-            raise LabError("HOSTS must be between 1 and 50")
+        if not 1 <= args.hosts <= MAX_HOSTS:
+            raise LabError(f"HOSTS must be between 1 and {MAX_HOSTS}")
         if args.first + args.hosts - 1 > 254:
             raise LabError("LAB_FIRST + HOSTS runs past .254")
         lab = Lab(args.name, args.net, args.first, args.ssh_port)
         if args.command == "build-rootfs":
             build_rootfs()
         elif args.command == "up":
+            # A stopped `make` or CI job sends SIGTERM: unwind like Ctrl-C, so a failed up stops
+            # the hosts it started.
+            signal.signal(signal.SIGTERM, raise_interrupt)
             cmd_up(lab, args.hosts, args.router, args.router_port)
         elif args.command == "down":
             cmd_down(lab)
@@ -594,6 +828,8 @@ def main(argv=None) -> int:
             return cmd_status(lab)
         elif args.command == "inventory":
             write_inventory(lab, len(lab.recorded_hosts()))
+        elif args.command == "sim-version":
+            cmd_sim_version(lab, args.version)
     except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 1
