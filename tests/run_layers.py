@@ -203,6 +203,19 @@ LAYERS = {"unit": layer_unit, "sanity": layer_sanity, "lint": layer_lint,
           "integration": layer_integration, "molecule": layer_molecule}
 
 
+def layer_lab_cycle() -> Outcome:
+    """lab.py up/down several times in a row, with a lab of its own (tests/lab_cycle)."""
+    settings = {"LAB_NAME": "gpfcyc", "LAB_NET": "127.0.5", "HOSTS": "2",
+                "LAB_INVENTORY": str(REPO / ".build" / "lab_cycle" / "hosts.yml")}
+    try:
+        return pytest_layer("lab-cycle", ["tests/lab_cycle"], settings)
+    finally:
+        stream([*LAB, "down"], env=env_with(settings))  # whatever a failing test left
+
+
+LAYERS["lab-cycle"] = layer_lab_cycle
+
+
 def main(argv: list[str]) -> int:
     names = list(LAYERS) if argv[:1] in ([], ["all"]) else argv
     unknown = [n for n in names if n not in LAYERS]
