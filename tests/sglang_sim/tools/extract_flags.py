@@ -1,15 +1,23 @@
-"""Dump the real SGLang CLI (argparse actions) to JSON for the simulator.
+"""Dump the real SGLang CLI (argparse actions) and ServerArgs fields to JSON.
 
-Maintainer tool, not used at run time.  Usage:
-    pip download sglang==0.5.23 --no-deps -d /tmp/sgl523 && (cd /tmp/sgl523 && unzip -q *.whl)
-    pip install msgspec --target /tmp/msgspec_t   # 0.5.23 builds ServerArgs with msgspec
-    PYTHONPATH=/tmp/msgspec_t python3 -S extract_flags.py /tmp/sgl523 > ../sglang/srt/flags_0_5_23.json
+Maintainer tool for the simulator, not used at run time.  Usage (per release):
+    pip download sglang==0.5.23 --no-deps -d /tmp/wheels
+    mkdir -p /tmp/sgl523 && (cd /tmp/sgl523 && unzip -q /tmp/wheels/sglang-0.5.23-*.whl 'sglang/*')
+    pip install msgspec --target /tmp/msgspec_t   # 0.5.20+ build ServerArgs with msgspec
+    PYTHONPATH=/tmp/msgspec_t python3 -S extract_flags.py /tmp/sgl523 0.5.23 \
+        > ../sglang/srt/profiles/0.5.23.json
 
-Third-party imports of the real package (torch, msgspec, ...) are replaced by
-permissive stubs so that only ``ServerArgs.add_cli_args`` has to run.
+Output: {"version", "flags": every argparse action (names, dest, action class,
+type, default, choices, nargs, required), "fields": ServerArgs fields in
+declaration order with their defaults}, one entry per line.  Third-party
+imports of the real package (torch, msgspec, ...) are replaced by permissive
+stubs so that only ``ServerArgs.add_cli_args`` has to run.  Choices built from
+sets are dumped in a fixed order (the tool re-runs itself with
+PYTHONHASHSEED=0).
 """
 import abc
 import argparse
+import dataclasses
 import importlib.abc
 import importlib.machinery
 import json
@@ -145,14 +153,20 @@ def _jsonable(value):
 
 
 def main():
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        env = dict(os.environ, PYTHONHASHSEED="0")
+        os.execve(sys.executable, [sys.executable, "-S", os.path.abspath(__file__)] + sys.argv[1:], env)
     root = sys.argv[1]
     os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
     sys.path.insert(0, root)
     sys.meta_path.append(_StubFinder())
     # Deep kernel modules that only feed constants to server_args.
-    fla = types.ModuleType("sglang.srt.layers.attention.fla.chunk_delta_h")
-    fla.CHUNK_SIZE = 64
-    sys.modules[fla.__name__] = fla
+    # (0.5.16-0.5.17 moved the module under sglang.kernels.)
+    for name in ("sglang.srt.layers.attention.fla.chunk_delta_h",
+                 "sglang.kernels.ops.attention.fla.chunk_delta_h"):
+        fla = types.ModuleType(name)
+        fla.CHUNK_SIZE = 64
+        sys.modules[name] = fla
     dill = types.ModuleType("dill")
     dill.dumps = lambda *a, **k: b""
     dill.loads = lambda *a, **k: None
@@ -161,7 +175,7 @@ def main():
 
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
-    out = []
+    flags = []
     for act in parser._actions:
         if isinstance(act, argparse._HelpAction):
             continue
@@ -169,7 +183,7 @@ def main():
         tname = None
         if typ is not None:
             tname = getattr(typ, "__name__", repr(typ))
-        out.append(
+        flags.append(
             {
                 "flags": act.option_strings,
                 "dest": act.dest,
@@ -180,10 +194,53 @@ def main():
                 "type": tname,
                 "choices": _jsonable(list(act.choices)) if act.choices is not None else None,
                 "required": act.required,
-                "help": (act.help or "")[:200] if act.help is not argparse.SUPPRESS else "==SUPPRESS==",
             }
         )
-    json.dump(out, sys.stdout, indent=0, sort_keys=True)
+        # Parameters of SGLang's own actions (Deprecated*Action, LoRAPathAction).
+        for attr in ("new_flag", "error_message", "const_value"):
+            if getattr(act, attr, None) is not None:
+                flags[-1][attr] = _jsonable(getattr(act, attr))
+    version = sys.argv[2] if len(sys.argv) > 2 else None
+    _dump({"version": version, "flags": flags, "fields": _fields(ServerArgs)})
+
+
+def _fields(cls):
+    """ServerArgs fields in declaration order (dataclass, or msgspec Struct in 0.5.20+)."""
+    out = []
+    if dataclasses.is_dataclass(cls):
+        for field in dataclasses.fields(cls):
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            else:
+                default = None  # required (model_path)
+            out.append({"name": field.name, "default": _jsonable(default)})
+        return out
+    import msgspec  # noqa: E402
+
+    for field in msgspec.structs.fields(cls):
+        if field.default is not msgspec.NODEFAULT:
+            default = field.default
+        elif field.default_factory is not msgspec.NODEFAULT:
+            default = field.default_factory()
+        else:
+            default = None
+        out.append({"name": field.name, "default": _jsonable(default)})
+    return out
+
+
+def _dump(doc):
+    """JSON with one flag / field per line, so that diffs between releases read well."""
+    lines = ["{"]
+    lines.append('"version": %s,' % json.dumps(doc["version"]))
+    for key in ("flags", "fields"):
+        items = [json.dumps(item, sort_keys=True) for item in doc[key]]
+        lines.append('"%s": [' % key)
+        lines.append(",\n".join(items))
+        lines.append("]," if key == "flags" else "]")
+    lines.append("}")
+    sys.stdout.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
