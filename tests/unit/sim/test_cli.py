@@ -78,6 +78,9 @@ def test_dflash_requires_draft_model():
     assert "ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path." in res.stderr
 
 
+RESOLVE = PREFLIGHT + "; a.resolve_once(); print('RESOLVED')"
+
+
 @pytest.mark.parametrize("version,text", [
     ("0.5.11", "ValueError: DFLASH --speculative-dflash-draft-window-size must be >= --speculative-num-draft-tokens "
                "(block_size). window_size=8, block_size=16."),
@@ -86,7 +89,12 @@ def test_dflash_requires_draft_model():
 ])
 def test_window_smaller_than_block(version, text):
     flag = "--speculative-dflash-draft-window-size" if version == "0.5.11" else "--speculative-draft-window-size"
-    res = run_py(PREFLIGHT, BASE + [flag, "8"], version)
+    if version == "0.5.11":  # checked by ServerArgs.__post_init__, inside prepare_server_args
+        res = run_py(PREFLIGHT, BASE + [flag, "8"], version)
+    else:  # 0.5.19+: prepare_server_args is argparse only; ServerArgs.resolve_once() checks
+        assert run_py(PREFLIGHT, BASE + [flag, "8"], version).returncode == 0
+        res = run_py(RESOLVE, BASE + [flag, "8"], version)
+        assert "RESOLVED" not in res.stdout
     assert res.returncode == 1
     assert text in res.stderr
 

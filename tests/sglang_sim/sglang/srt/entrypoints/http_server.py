@@ -80,7 +80,7 @@ class SpecModel:
         self.block_size = int(server_args.speculative_num_draft_tokens or 1)
         self.window = effective_window
         self.tree_budget = getattr(server_args, "speculative_ddtree_tree_budget", None)
-        self.enabled = self.algorithm is not None
+        self.enabled = self.algorithm not in (None, "NONE")
 
     def alpha(self):
         alpha = 0.80
@@ -129,38 +129,100 @@ def _die_with_parent():
         pass
 
 
-class Layout:
-    """Ranks hosted by this node and their log prefixes."""
+class Resolved:
+    """The values the running server uses.
 
-    def __init__(self, sa):
-        self.tp = int(sa.tp_size or 1)
-        self.pp = int(sa.pp_size or 1)
-        self.dp = int(sa.dp_size or 1)
-        self.ep = int(sa.ep_size or 1)
-        self.nnodes = max(1, int(getattr(sa, "nnodes", 1) or 1))
-        self.node_rank = int(getattr(sa, "node_rank", 0) or 0)
+    Up to 0.5.18 ServerArgs.__post_init__ resolved the fields themselves; from
+    0.5.19 the fields keep the raw input and resolved_dict() has the result.
+    Fields a release does not have read as None.
+    """
+
+    def __init__(self, server_args):
+        values = server_args.resolved_dict() if hasattr(server_args, "resolved_dict") \
+            else server_args.field_values()
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        return None
+
+
+class Rank:
+    """One scheduler process: its ranks in every parallel dimension."""
+
+    def __init__(self, dp_rank, pp_rank, tp_rank, attn_cp_rank, moe_dp_rank, ep_rank):
+        self.dp_rank = dp_rank
+        self.pp_rank = pp_rank
+        self.tp_rank = tp_rank
+        self.attn_cp_rank = attn_cp_rank
+        self.moe_dp_rank = moe_dp_rank
+        self.ep_rank = ep_rank
+
+    @property
+    def logs_draft_config(self):
+        # dflash_worker: `if tp_rank == 0` -- once per DP replica (attention DP shares one TP group)
+        return self.tp_rank == 0 and self.pp_rank == 0
+
+
+class Layout:
+    """Ranks hosted by this node and their log prefixes (engine.py / data_parallel_controller.py)."""
+
+    def __init__(self, r):
+        self.tp = max(1, int(r.tp_size or 1))
+        self.pp = max(1, int(r.pp_size or 1))
+        self.ep = max(1, int(r.ep_size or 1))
+        self.attn_cp = max(1, int(r.attn_cp_size or 1))
+        self.moe_dp = max(1, int(r.moe_dp_size or 1))
+        dp = max(1, int(r.dp_size or 1))
+        if r.attn_dp_size is not None:  # 0.5.22+: attention DP has its own size
+            self.attn_dp = max(1, int(r.attn_dp_size or 1))
+            replicas = dp
+            self.replicas = replicas
+        else:
+            self.attn_dp = dp if r.enable_dp_attention else 1
+            replicas = 1 if r.enable_dp_attention else dp
+        self.replicas = replicas
+        self.nnodes = max(1, int(r.nnodes or 1))
+        self.node_rank = int(r.node_rank or 0)
+        attn_tp = max(1, self.tp // self.attn_dp // self.attn_cp)
+        moe_group = max(1, self.tp // self.moe_dp)
         ranks = []
         world = self.tp * self.pp
         per_node = max(1, world // self.nnodes)
         first = per_node * self.node_rank
-        for flat in range(first, min(world, first + per_node)):
-            pp_rank, tp_rank = divmod(flat, self.tp)
-            for dp_rank in range(self.dp if not getattr(sa, "enable_dp_attention", False) else 1):
-                ranks.append((dp_rank, pp_rank, tp_rank))
+        for replica in range(replicas):
+            for flat in range(first, min(world, first + per_node)):
+                pp_rank, tp_rank = divmod(flat, self.tp)
+                if self.attn_dp > 1:
+                    dp_rank = tp_rank // (attn_tp * self.attn_cp)
+                elif replicas > 1:
+                    dp_rank = replica
+                else:
+                    dp_rank = None
+                ranks.append(Rank(
+                    dp_rank, pp_rank, tp_rank,
+                    attn_cp_rank=(tp_rank // attn_tp) % self.attn_cp,
+                    moe_dp_rank=tp_rank // moe_group,
+                    ep_rank=tp_rank % moe_group // max(1, moe_group // self.ep),
+                ))
         self.ranks = ranks[:16]
 
-    def prefix(self, dp_rank, pp_rank, tp_rank):
-        ep_rank = tp_rank // max(1, self.tp // self.ep)
-        return rank_prefix(dp_size=self.dp, dp_rank=dp_rank, pp_size=self.pp, pp_rank=pp_rank,
-                           tp_size=self.tp, tp_rank=tp_rank, ep_size=self.ep, ep_rank=ep_rank)
+    def prefix(self, rank):
+        return rank_prefix(dp_rank=rank.dp_rank, pp_size=self.pp, pp_rank=rank.pp_rank,
+                           attn_cp_size=self.attn_cp, attn_cp_rank=rank.attn_cp_rank,
+                           moe_dp_size=self.moe_dp, moe_dp_rank=rank.moe_dp_rank,
+                           tp_size=self.tp, tp_rank=rank.tp_rank, ep_size=self.ep, ep_rank=rank.ep_rank)
+
+    @property
+    def rank0(self):
+        return self.ranks[0]
 
     @property
     def rank0_prefix(self):
-        return self.prefix(0, 0, 0)
+        return self.prefix(self.rank0)
 
 
-def draft_attention_backend(sa):
-    backend = sa.speculative_draft_attention_backend or getattr(sa, "attention_backend", None)
+def draft_attention_backend(r):
+    backend = r.speculative_draft_attention_backend or r.attention_backend
     if backend not in ("flashinfer", "fa3", "fa4", "triton"):
         backend = "flashinfer"
     return backend
@@ -173,14 +235,28 @@ def max_total_num_tokens(sa):
     return int(400000 * fraction) // 16 * 16
 
 
+def config_line(r, window):
+    return ("Initialized DFLASH draft runner. attention_backend=%s, model=%s, block_size=%s, "
+            "draft_window_size=%s, compact_cache=%s"
+            % (draft_attention_backend(r), "DFlashDraftModel", int(r.speculative_num_draft_tokens),
+               window, window is not None))
+
+
+def ready_line():
+    text = "DFLASH draft runner ready. mask_token=%s, mask_token_id=%s, mask_token_id_override=%s" % (
+        "<|MASK|>", 163838, None)
+    if at_least("0.5.18"):
+        text += ", noise_embed_scale=%s" % 1.0
+    return text
+
+
 def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
-    """Body of one scheduler child.  Never returns."""
+    """Body of one scheduler child (``sa`` is the Resolved view).  Never returns."""
     _die_with_parent()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    dp_rank, pp_rank, tp_rank = rank
-    prefix = layout.prefix(dp_rank, pp_rank, tp_rank)
-    is_rank0 = tp_rank == 0 and pp_rank == 0 and dp_rank == 0
+    prefix = layout.prefix(rank)
+    is_rank0 = rank is layout.rank0
     shards = max(1, int(_env_float("SGLANG_SIM_NUM_SHARDS", 16)))
     spec = sa.speculative_algorithm
     parent = os.getppid()
@@ -250,19 +326,15 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
                 f"Load weight end. elapsed={load_seconds * 0.03:.2f} s, type=DFlashDraftModel, "
                 f"avail mem={avail - used - 7.1:.2f} GB, mem usage=1.58 GB."
             )
-            if is_rank0:
+            if rank.logs_draft_config:
                 block = int(sa.speculative_num_draft_tokens)
                 if spec == "DFLASH" and "no_config_line" not in faults:
-                    window = runtime_window(sa, faults)
-                    say(
-                        "Initialized DFLASH draft runner. attention_backend=%s, model=%s, block_size=%s, draft_window_size=%s, compact_cache=%s"
-                        % (draft_attention_backend(sa), "DFlashDraftModel", block, window, window is not None)
-                    )
-                    ready_text = "DFLASH draft runner ready. mask_token=%s, mask_token_id=%s, mask_token_id_override=%s" % (
-                        "<|MASK|>", 163838, None)
-                    if at_least("0.5.20"):
-                        ready_text += ", noise_embed_scale=%s" % 1.0
-                    say(ready_text)
+                    say(config_line(sa, configured_window(sa, faults)))
+                    say(ready_line())
+                if spec == "DFLASH" and "reinit_draft" in faults:
+                    at(0.95)  # a re-initialised draft worker, before the port opens
+                    say(config_line(sa, parse_window(faults["reinit_draft"])))
+                    say(ready_line())
                 elif spec == "DDTREE" and "no_config_line" not in faults:
                     budget = int(sa.speculative_ddtree_tree_budget)
                     say(
@@ -310,12 +382,25 @@ def _mmss(seconds):
     return "%02d:%02d" % divmod(seconds, 60)
 
 
-def runtime_window(sa, faults):
-    """Window the DFLASH worker really uses (None under the ignore_window fault)."""
+def parse_window(text):
+    """A fault's window value: an int, or None for 'none' / empty."""
+    text = (text or "").strip()
+    return None if text.lower() in ("", "none") else int(text)
+
+
+def configured_window(sa, faults):
+    """Window the DFLASH worker is built with (None under the ignore_window fault)."""
     if "ignore_window" in faults:
         return None
     value = getattr(sa, window_key(), None)
     return int(value) if value is not None else None
+
+
+def runtime_window(sa, faults):
+    """Window in effect once loading ends: a reinit_draft fault's second worker wins."""
+    if "reinit_draft" in faults:
+        return parse_window(faults["reinit_draft"])
+    return configured_window(sa, faults)
 
 
 # --------------------------------------------------------------------------
@@ -324,8 +409,9 @@ def runtime_window(sa, faults):
 
 
 class Engine:
-    def __init__(self, sa, faults, layout):
-        self.sa = sa
+    def __init__(self, sa, server_args, faults, layout):
+        self.sa = sa  # Resolved view: what the server runs with
+        self.server_args = server_args  # the ServerArgs record (for /server_info and the log)
         self.faults = faults
         self.layout = layout
         self.version = selected_version()
@@ -335,6 +421,7 @@ class Engine:
         self.in_flight = {}
         self.seen_prompts = set()
         self.token_seconds = _env_float("SGLANG_SIM_TOKEN_SECONDS", 0.002)
+        self.load_seconds = max(0.0, _env_float("SGLANG_SIM_LOAD_SECONDS", 3.0))
         window = runtime_window(sa, faults) if sa.speculative_algorithm == "DFLASH" else None
         self.spec = SpecModel(sa, window)
         self.generation_tokens_total = 0
@@ -451,31 +538,60 @@ class Engine:
             return 0.0 if not self.spec.enabled else round(self.spec.accept_length(""), 4)
         return self.spec_accepted_total / self.spec_verify_total
 
+    def startup_time(self):
+        return {"load_weight": round(self.load_seconds * 0.63, 3),
+                "kv_cache_allocation": round(self.load_seconds * 0.07, 3),
+                "scheduler_e2e": round(self.load_seconds, 3),
+                "cuda_graph": {"prefill": 0.0, "decode": round(self.load_seconds * 0.16, 3),
+                               "target_verify": 0.0, "draft_prefill": 0.0, "draft_decode": 0.0,
+                               "draft_extend": 0.0}}
+
     def server_info(self):
+        """/server_info as the release builds it (http_server.py server_info())."""
+        server_args = self.server_args
+        if at_least("0.5.19"):
+            fields = server_args.resolved_dict()  # resolved values
+        else:
+            fields = server_args.field_values()  # dataclasses.asdict, resolved by __post_init__
         info = {}
-        for key, value in self.sa.to_dict().items():
+        for key, value in fields.items():
             try:
                 json.dumps(value)
             except TypeError:
                 value = repr(value)
             info[key] = value
-        info.update({
-            "max_total_num_tokens": self.max_total_num_tokens,
-            "max_req_input_len": self.max_total_num_tokens - 2,
-            "internal_states": [
-                {
-                    **{k: info[k] for k in ("speculative_algorithm", "speculative_num_draft_tokens")},
-                    "dp_rank": dp,
-                    "avg_spec_accept_length": self.avg_spec_accept_length(),
-                    "last_gen_throughput": 0.0,
-                    "memory_usage": {"weight": 68.12 / max(1, self.layout.tp), "kvcache": 27.4,
-                                     "token_capacity": self.max_total_num_tokens, "graph": 1.32},
-                }
-                for dp in range(int(self.sa.dp_size or 1))
-            ],
-            "version": self.version,
-            "status": self.status,
-        })
+        if at_least("0.5.20"):
+            info["launch_command"] = server_args.launch_command
+        scheduler_info = {"status": "ready", "max_total_num_tokens": self.max_total_num_tokens,
+                          "max_req_input_len": self.max_total_num_tokens - 2}
+        if at_least("0.5.17"):
+            scheduler_info["startup_time"] = self.startup_time()
+        if at_least("0.5.23"):
+            scheduler_info["hicache_object_layout"] = {
+                "enabled": False, "backend": None, "page_size": self.sa.page_size or 1,
+                "hicache_object_layout": {"pools": []}, "reason": "Hierarchical cache is disabled"}
+        info.update(scheduler_info)
+        if at_least("0.5.22"):
+            info["kv_events"] = None  # build_server_info() adds it before the HTTP-only keys
+        if at_least("0.5.17"):
+            info["startup_time"] = self.startup_time()
+        info["internal_states"] = [
+            {
+                "speculative_algorithm": self.sa.speculative_algorithm,
+                "speculative_num_draft_tokens": self.sa.speculative_num_draft_tokens,
+                "dp_rank": dp,
+                "avg_spec_accept_length": self.avg_spec_accept_length(),
+                "last_gen_throughput": 0.0,
+                "memory_usage": {"weight": 68.12 / max(1, self.layout.tp), "kvcache": 27.4,
+                                 "token_capacity": self.max_total_num_tokens, "graph": 1.32},
+            }
+            for dp in range(self.layout.replicas * self.layout.attn_dp)
+        ]
+        info["version"] = self.version
+        if at_least("0.5.21"):
+            info["frontend"] = "python"
+        if at_least("0.5.14") and not at_least("0.5.22"):
+            info["kv_events"] = None
         return info
 
     def model_info(self):
@@ -537,7 +653,8 @@ def _access_log(client, method, path, status):
 
 def make_handler(engine):
     sa = engine.sa
-    open_paths = ("/health", "/metrics")
+    # utils/auth.py decide_request_auth: prefixes open without the key (+ /ready from 0.5.20)
+    open_paths = ("/health", "/ready", "/metrics") if at_least("0.5.20") else ("/health", "/metrics")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -577,9 +694,10 @@ def make_handler(engine):
                 raise BadRequest(f"Invalid JSON body: {exc}")
 
         def _authorized(self, path):
-            if not sa.api_key or path.startswith(open_paths):
+            if not sa.api_key or self.command == "OPTIONS" or path.startswith(open_paths):
                 return True
-            return self.headers.get("authorization", "") == f"Bearer {sa.api_key}"
+            parts = (self.headers.get("authorization") or "").split(" ", 1)
+            return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == sa.api_key
 
         def _route(self, method):
             path = self.path.split("?", 1)[0]
@@ -625,9 +743,10 @@ def make_handler(engine):
             return self._send(200)
 
         def ready(self):
+            # tokenizer_manager.is_ready(): started, not shutting down, not paused; empty body
             if engine.gracefully_exit or engine.status != "Up":
-                return self._send(503, {"status": "not ready"})
-            return self._send(200, {"status": "ready"})
+                return self._send(503)
+            return self._send(200)
 
         def model_info(self):
             return self._send(200, engine.model_info())
@@ -821,7 +940,7 @@ def make_handler(engine):
         "/v1/completions": {"POST": Handler.completions},
         "/v1/chat/completions": {"POST": Handler.chat_completions},
     }
-    if at_least("0.5.23"):
+    if at_least("0.5.20"):
         ROUTES["/ready"] = {"GET": Handler.ready}
     engine_started = time.time()
     return Handler
@@ -842,12 +961,13 @@ class SimHTTPServer(ThreadingHTTPServer):
 
 
 class Launcher:
-    def __init__(self, sa):
-        self.sa = sa
+    def __init__(self, server_args):
+        self.server_args = server_args
+        self.sa = sa = Resolved(server_args)
         self.faults = parse_faults()
         self.layout = Layout(sa)
         self.children = []
-        self.engine = Engine(sa, self.faults, self.layout)
+        self.engine = Engine(sa, server_args, self.faults, self.layout)
         self.httpd = None
         self.version = selected_version()
         self.exit_code = 0
@@ -882,11 +1002,18 @@ class Launcher:
     # ---- main ----------------------------------------------------------
     def run(self):
         sa = self.sa
-        if at_least("0.5.20"):
-            log(f"server_args={sa.to_dict()}")
+        if at_least("0.5.19"):
+            # engine.py: logger.info(f"server_args={server_args.resolved_dict()}"), watermark
+            # secrets redacted from 0.5.22; api_key stays in clear text.
+            values = self.server_args.resolved_dict()
+            if at_least("0.5.22"):
+                for key in ("watermark_key", "watermark_key_b", "watermark_config"):
+                    if values.get(key) is not None:
+                        values[key] = "<redacted>"
+            log(f"server_args={values}")
         else:
-            log(f"server_args={sa!r}")
-        load_seconds = max(0.0, _env_float("SGLANG_SIM_LOAD_SECONDS", 3.0))
+            log(f"server_args={self.server_args!r}")  # logger.info(f"{server_args=}")
+        load_seconds = self.engine.load_seconds
         signal.signal(signal.SIGQUIT, self.launch_phase_sigquit)
         read_fd, write_fd = os.pipe()
         start = time.monotonic()
@@ -957,7 +1084,7 @@ class Launcher:
         import urllib.request
 
         sa = self.sa
-        url = sa.url()
+        url = self.server_args.url()
         headers = {"Content-Type": "application/json"}
         if sa.api_key:
             headers["Authorization"] = f"Bearer {sa.api_key}"
@@ -977,6 +1104,23 @@ class Launcher:
             return
         self.engine.status = "Up"
         log("The server is fired up and ready to roll!")
+        if "reinit_draft_after_ready" in self.faults and self.sa.speculative_algorithm == "DFLASH":
+            threading.Thread(target=self.reinit_draft_after_ready, daemon=True).start()
+
+    def reinit_draft_after_ready(self):
+        """Fault reinit_draft_after_ready=S:W: the draft worker is re-initialised S s after ready.
+
+        Logged by the main process under the prefix of each scheduler that logs the
+        config line (like the Decode batch lines); the runtime switches to W then.
+        """
+        seconds, _sep, window = (self.faults["reinit_draft_after_ready"] or "").partition(":")
+        time.sleep(float(seconds or 0))
+        window = parse_window(window)
+        self.engine.spec.window = window
+        for rank in self.layout.ranks:
+            if rank.logs_draft_config:
+                log(config_line(self.sa, window), self.layout.prefix(rank))
+                log(ready_line(), self.layout.prefix(rank))
 
     def _spawn_orphan(self):
         """Fault orphan_on_stop: a grandchild that outlives us, still holding the port."""
