@@ -54,6 +54,7 @@ MAX_HOSTS = 64
 # Hosts created (overlay mount, host keys, simulator) and started at the same time: host keys
 # are CPU-bound and the machines have 2 cores; the boots themselves all run in parallel.
 CREATE_WORKERS = 4
+WAIT_WORKERS = 16  # stops and health probes: mostly waiting for a poweroff or an ssh answer
 # Each host's systemd, logind, dbus and getty hold ~8 inotify instances, all as root (no user
 # namespace), so every lab on the machine shares root's budget: the default 128 fits ~15 hosts.
 INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
@@ -521,6 +522,20 @@ def stop_host(meta: dict, proc: subprocess.Popen | None = None, timeout: float =
     remove_host_dir(Path(meta["dir"]))
 
 
+def stop_hosts(hosts: list[tuple[dict, subprocess.Popen | None]], timeout: float = 20) -> int:
+    """Stop hosts in parallel (each poweroff takes ~1-10 s); returns how many failed to stop."""
+    def stop(item) -> bool:
+        meta, proc = item
+        try:
+            stop_host(meta, proc, timeout=timeout)
+            return True
+        except Exception as exc:  # go on: stop every other host
+            log(f"{meta['name']}: stopping failed: {exc}")
+            return False
+    with ThreadPoolExecutor(max_workers=WAIT_WORKERS) as pool:
+        return list(pool.map(stop, hosts)).count(False)
+
+
 def remove_host_dir(hdir: Path) -> None:
     mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
               if line.split()[1].startswith(str(hdir) + "/")]
@@ -668,15 +683,18 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
     t0 = time.monotonic()
     existing = {m["index"]: m for m in lab.recorded_hosts()}
     # Hosts beyond the requested count are stopped: the inventory is exactly 1..count.
-    for index, meta in list(existing.items()):
-        if index > count:
-            log(f"{meta['name']}: beyond HOSTS={count}, stopping")
-            stop_host(meta)
-            del existing[index]
+    beyond = [existing.pop(index) for index in sorted(existing) if index > count]
+    for meta in beyond:
+        log(f"{meta['name']}: beyond HOSTS={count}, stopping")
+    if stop_hosts([(meta, None) for meta in beyond]):
+        raise LabError("hosts beyond HOSTS could not be stopped (see above)")
+    with ThreadPoolExecutor(max_workers=WAIT_WORKERS) as pool:
+        healthy = dict(zip(existing, pool.map(lambda meta: host_healthy(lab, meta),
+                                              existing.values())))
     to_boot = []
     for index in range(1, count + 1):
         meta = existing.get(index)
-        if meta and host_healthy(lab, meta):
+        if meta and healthy[index]:
             install_simulator(Path(meta["dir"]) / "root")
             log(f"{meta['name']}: healthy, kept (simulator refreshed)")
             continue
@@ -708,11 +726,7 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
     except BaseException as exc:
         if started:
             log(f"up failed ({type(exc).__name__}): stopping the {len(started)} host(s) it started")
-        for meta, proc in started:
-            try:
-                stop_host(meta, proc, timeout=10)
-            except Exception as stop_exc:  # go on: stop every other host it started
-                log(f"{meta['name']}: stopping failed: {stop_exc}")
+            stop_hosts(started, timeout=10)
         raise
     log(f"{count} host(s) up in {time.monotonic() - t0:.1f} s; inventory "
         f"{inventory_path(lab)}")
@@ -723,10 +737,12 @@ def cmd_down(lab: Lab) -> None:
     hosts = lab.recorded_hosts()
     for meta in hosts:
         log(f"{meta['name']}: stopping nspawn pid {meta['pid']}")
-        stop_host(meta)
+    failed = stop_hosts([(meta, None) for meta in hosts])
     inv = inventory_path(lab)
     if inv.exists():
         inv.unlink()
+    if failed:
+        raise LabError(f"{failed} of {len(hosts)} host(s) could not be stopped (see above)")
     log(f"{len(hosts)} host(s) stopped and removed")
 
 
