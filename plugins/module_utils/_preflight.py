@@ -135,6 +135,16 @@ def _cause(exc):
     return text if text else type(exc).__name__
 
 
+_REACHED = ["import"]
+
+
+def _stage(result, stage):
+    # Progress on stdout, so a process that dies without answering still says how far it got.
+    result["stage"] = _REACHED[0] = stage
+    sys.stdout.write("%s_STAGE %s\n" % (MARKER, stage))
+    sys.stdout.flush()
+
+
 def _import_sglang():
     from sglang.srt.server_args import prepare_server_args  # noqa: F401
 
@@ -144,6 +154,7 @@ def check(argv):
     secrets = _secrets(argv)
     result = {"ok": False, "stage": "import", "error": None, "exception": None,
               "checked": [], "unchecked": list(UNCHECKED)}
+    _stage(result, "import")
 
     def fail(stage, exc, error=None):
         result.update(ok=False, stage=stage, exception=type(exc).__name__,
@@ -157,12 +168,12 @@ def check(argv):
     except BaseException as exc:
         return fail("import", exc)
     result["checked"].append("import sglang %s" % getattr(sglang, "__version__", "?"))
-    result["stage"] = "parse"
+    _stage(result, "parse")
 
     if not any(a == "--device" or a.startswith("--device=") for a in argv):
         # The launch detects the GPUs; with them hidden, name the device they would give.
         argv += ["--device", "cuda"]
-        result["checked"].append("resolution with --device cuda (the GPUs are hidden)")
+        result["checked"].append("--device cuda added (the GPUs are hidden; launch detects them)")
 
     try:
         from sglang.srt.plugins import load_plugins
@@ -200,7 +211,7 @@ def check(argv):
         result["checked"].append("argparse (prepare_server_args)")
     else:
         result["checked"].append("argparse and ServerArgs.__post_init__ (prepare_server_args)")
-    result["stage"] = "resolve"
+    _stage(result, "resolve")
 
     try:
         if resolves_at_launch:
@@ -235,7 +246,7 @@ def main(argv):
     try:
         result = check(argv)
     except BaseException as exc:  # a bug here must still answer in the protocol
-        result = {"ok": False, "stage": "import", "error": "preflight crashed: %s" % _cause(exc),
+        result = {"ok": False, "stage": _REACHED[0], "error": "preflight crashed: %s" % _cause(exc),
                   "exception": type(exc).__name__, "checked": [], "unchecked": list(UNCHECKED)}
         traceback.print_exc()
     sys.stdout.flush()
@@ -283,6 +294,17 @@ def _report(out):
     return None
 
 
+def _progress(out):
+    """The last stage the script said it entered (its progress lines), or "import"."""
+    stage = "import"
+    for line in (out or "").splitlines():
+        if line.startswith(MARKER + "_STAGE "):
+            candidate = line.split(" ", 1)[1].strip()
+            if candidate in _STAGES:
+                stage = candidate
+    return stage
+
+
 def _died(rc, err):
     """One line saying how a script died before it could answer."""
     last = _redact(_last_line(err))
@@ -309,11 +331,11 @@ def parse_check_output(rc, out, err):
     """-> {"ok", "stage", "error", "exception", "checked", "unchecked"}.
 
     `error` is one line, the cause first. A script that died without answering is a failure
-    at the stage it is known to have reached ("import" when nothing is known).
+    at the last stage its progress lines name ("import" when there are none).
     """
     report = _report(out)
     if report is None:
-        return {"ok": False, "stage": "import", "error": _died(rc, err),
+        return {"ok": False, "stage": _progress(out), "error": _died(rc, err),
                 "exception": None, "checked": [], "unchecked": []}
     ok = report.get("ok") is True
     stage = report.get("stage") if report.get("stage") in _STAGES else "import"
