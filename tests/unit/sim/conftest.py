@@ -55,6 +55,27 @@ def http(method, url, body=None, headers=None, timeout=10):
         raise
 
 
+def run_python(code, args=(), version="0.5.11", timeout=30, **extra_env):
+    """Run ``python -c code args...`` against the simulator package (a fresh process per call)."""
+    env = sim_env(version, **extra_env)
+    return subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def run_launch(args, version="0.5.11", timeout=30, **extra_env):
+    """``python -m sglang.launch_server args...`` run to completion (for launches that must fail)."""
+    env = sim_env(version, **extra_env)
+    proc = subprocess.Popen([sys.executable, "-m", "sglang.launch_server", *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # it started serving: stop the whole tree we started
+        out, err = proc.communicate()
+        raise AssertionError(f"launch did not end within {timeout}s: {err[-2000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 class Sim:
     def __init__(self, args, env, port):
         self.port = port

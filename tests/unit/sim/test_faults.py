@@ -98,3 +98,63 @@ def test_log_flood_before_config_line(start_sim):
     flood = [i for i, l in enumerate(lines) if "Performance might be sub-optimal" in l]
     config = next(i for i, l in enumerate(lines) if "Initialized DFLASH draft runner" in l)
     assert len(flood) == 500 and max(flood) < config
+
+
+def _config_lines(out):
+    return [(i, l) for i, l in enumerate(out.splitlines()) if "Initialized DFLASH draft runner." in l]
+
+
+def _accept_length(sim):
+    body = {"text": "same prompt", "sampling_params": {"max_new_tokens": 200, "temperature": 0}}
+    return json.loads(sim.post("/generate", body)[2])["meta_info"]["spec_accept_length"]
+
+
+def test_reinit_draft_logs_a_second_config_line_before_the_port_opens(start_sim):
+    sim = start_sim(WINDOW, faults="reinit_draft=64").wait_ready()
+    reinit = _accept_length(sim)
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    out = sim.output()
+    lines = _config_lines(out)
+    assert [l.split("] ", 1)[1] for _i, l in lines] == [
+        "Initialized DFLASH draft runner. attention_backend=flashinfer, model=DFlashDraftModel, block_size=16, "
+        "draft_window_size=2048, compact_cache=True",
+        "Initialized DFLASH draft runner. attention_backend=flashinfer, model=DFlashDraftModel, block_size=16, "
+        "draft_window_size=64, compact_cache=True",
+    ]
+    port_open = next(i for i, l in enumerate(out.splitlines()) if "Uvicorn running on" in l)
+    assert lines[1][0] < port_open
+    # the runtime behaves as the second worker: like a server started with window 64
+    plain = start_sim(["--speculative-dflash-draft-window-size", "64"]).wait_ready()
+    assert reinit == _accept_length(plain)
+    wide = start_sim(WINDOW).wait_ready()
+    assert _accept_length(wide) > reinit
+
+
+def test_reinit_draft_none(start_sim):
+    sim = start_sim(["--speculative-draft-window-size", "2048"], faults="reinit_draft=none",
+                    version="0.5.23").wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    lines = [l for _i, l in _config_lines(sim.output())]
+    assert len(lines) == 2
+    assert lines[0].endswith("draft_window_size=2048, compact_cache=True")
+    assert lines[1].endswith("draft_window_size=None, compact_cache=False")
+
+
+def test_reinit_draft_after_ready(start_sim):
+    sim = start_sim(["--speculative-dflash-draft-window-size", "64"],
+                    faults="reinit_draft_after_ready=0.5:none").wait_ready()
+    before = _accept_length(sim)
+    deadline = time.monotonic() + 5
+    while len(_config_lines(sim.output())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = _accept_length(sim)
+    sim.proc.send_signal(signal.SIGTERM)
+    sim.wait_exit()
+    out = sim.output().splitlines()
+    lines = _config_lines(sim.output())
+    fired = next(i for i, l in enumerate(out) if "The server is fired up and ready to roll!" in l)
+    assert len(lines) == 2 and lines[0][0] < fired < lines[1][0]
+    assert lines[1][1].endswith("draft_window_size=None, compact_cache=False")
+    assert after > before  # the runtime switched to the new window (none: no window penalty)

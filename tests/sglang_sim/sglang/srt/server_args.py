@@ -636,7 +636,8 @@ class ServerArgs:
     def _run_resolution_pipeline(self):
         _run_resolution(self, into_fields=True)
 
-    def _resolve_once(self):
+    def resolve_once(self):
+        """Run the resolution once (0.5.19+); a failed record cannot be resolved again."""
         if self.__dict__.get("_resolution_finished"):
             return
         if self.__dict__.get("_resolution_failed"):
@@ -653,19 +654,21 @@ class ServerArgs:
             raise
         self._resolution_finished = True
 
-    def _resolved_dict(self):
+    def resolved_dict(self):
+        """Resolved field values (0.5.19+); /server_info and the server_args= line show these."""
         stash = self.__dict__.get("_resolved", {})
         resolved = {name: copy.deepcopy(stash.get(name, getattr(self, name))) for name in self._fields}
         if at_least("0.5.22"):
             resolved["enable_dp_attention"] = int(stash.get("attn_dp_size", self.attn_dp_size) or 1) > 1
         return resolved
 
-    def _launch_command_value(self):
+    def launch_command(self):
+        """What was asked for (0.5.20+): the argv after the --config merge."""
         return self.__dict__.get("_launch_command")
 
-    resolve_once = _Since("0.5.19", _resolve_once)
-    resolved_dict = _Since("0.5.19", _resolved_dict)
-    launch_command = _Since("0.5.20", _launch_command_value, is_property=True)
+    resolve_once = _Since("0.5.19", resolve_once)
+    resolved_dict = _Since("0.5.19", resolved_dict)
+    launch_command = _Since("0.5.20", launch_command, is_property=True)
 
     @staticmethod
     def add_cli_args(parser):
