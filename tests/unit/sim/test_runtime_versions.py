@@ -128,3 +128,11 @@ def test_ready_is_503_while_stopping(start_sim):
     time.sleep(0.2)
     assert sim.get("/ready")[0] == 503  # gracefully_exit: not ready, still answering
     assert sim.wait_exit() == 0
+
+
+@pytest.mark.parametrize("version,code", [("0.5.18", -signal.SIGKILL), ("0.5.19", 0)])
+def test_stop_after_drain(start_sim, version, code):
+    # sigterm_watchdog: kill_process_tree(os.getpid(), include_parent=True) up to 0.5.18
+    sim = start_sim(version=version).wait_ready()
+    sim.proc.send_signal(signal.SIGTERM)
+    assert sim.wait_exit() == code

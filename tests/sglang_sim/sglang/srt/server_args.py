@@ -27,7 +27,7 @@ import random
 import re
 from decimal import Decimal
 
-from sglang._sim_profile import at_least, load_profile, selected_version
+from sglang._sim_profile import at_least, load_profile, selected_version, version_tuple
 
 logger = logging.getLogger(__name__)
 
@@ -311,11 +311,17 @@ def add_cli_args(parser, version=None):
 
 
 # ---- resolution -------------------------------------------------------------
+def _after(version):
+    """True when the selected release is later than ``version``."""
+    return version_tuple(selected_version()) > version_tuple(version)
+
+
 class _Since:
     """A ServerArgs attribute that only exists from a given release on (so hasattr() tells)."""
 
-    def __init__(self, version, func, is_property=False):
+    def __init__(self, version, func, is_property=False, until=None):
         self.version = version
+        self.until = until  # last release that has it
         self.func = func
         self.is_property = is_property
 
@@ -323,7 +329,7 @@ class _Since:
         self.name = name
 
     def __get__(self, obj, owner=None):
-        if not at_least(self.version):
+        if not at_least(self.version) or (self.until and _after(self.until)):
             if obj is None:
                 raise AttributeError(f"type object 'ServerArgs' has no attribute '{self.name}'")
             raise AttributeError(f"'ServerArgs' object has no attribute '{self.name}'")
@@ -635,6 +641,8 @@ class ServerArgs:
 
     def _run_resolution_pipeline(self):
         _run_resolution(self, into_fields=True)
+
+    _run_resolution_pipeline = _Since("0.5.18", _run_resolution_pipeline, until="0.5.18")  # 0.5.18 only
 
     def resolve_once(self):
         """Run the resolution once (0.5.19+); a failed record cannot be resolved again."""

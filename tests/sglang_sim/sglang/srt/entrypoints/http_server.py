@@ -1173,7 +1173,9 @@ class Launcher:
                 time.sleep(poll)
             else:
                 break
-        if at_least("0.5.20"):
+        # tokenizer_manager.sigterm_watchdog: kill_process_tree(include_parent=True) up to
+        # 0.5.18; from 0.5.19 include_parent=False, then sys.exit(0)
+        if at_least("0.5.19"):
             self.kill_children()
             self.httpd.shutdown()  # serve() logs uvicorn's shutdown and exits 0
         else:
