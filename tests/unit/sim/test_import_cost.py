@@ -49,8 +49,8 @@ def test_version_lookup_by_metadata_does_not_import(tmp_path):
     info = site / "sglang-0.5.23.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n")
-    env = sim_env("0.5.23", SGLANG_SIM_IMPORT_SECONDS="3", PYTHONPATH=str(site))
+    env = sim_env("0.5.23", SGLANG_SIM_IMPORT_SECONDS="30", PYTHONPATH=str(site))
     code = ("import importlib.metadata, sys; print(importlib.metadata.version('sglang'), "
             "'sglang' in sys.modules)")
     elapsed, out = run(code, env)
-    assert out == "0.5.23 False" and elapsed < 2.5
+    assert out == "0.5.23 False" and elapsed < 20  # the 30 s import was not paid

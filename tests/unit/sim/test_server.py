@@ -199,7 +199,8 @@ def test_sigterm_0_5_11_drains_then_sigkills_itself(start_sim):
     sim = start_sim(SGLANG_SIM_TOKEN_SECONDS="0.01").wait_ready()
     result = {}
     worker = threading.Thread(target=lambda: result.update(
-        r=sim.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 100}}, timeout=30)))
+        # ~1 s of generation: still in flight when /health is asked, even on a loaded machine
+        r=sim.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 400}}, timeout=30)))
     worker.start()
     time.sleep(0.2)
     sim.proc.send_signal(signal.SIGTERM)
