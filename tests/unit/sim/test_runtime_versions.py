@@ -96,6 +96,8 @@ def test_server_info_per_release(start_sim, version, extra, fields):
     assert info["status"] == "ready" and info["version"] == version
     assert info["speculative_algorithm"] == "DFLASH" and info["speculative_num_draft_tokens"] == 16
     assert info["speculative_num_steps"] == 1 and info["speculative_eagle_topk"] == 1
+    assert info["speculative_draft_model_revision"] == "main" and info["speculative_moe_runner_backend"] == "auto"
+    assert info["speculative_draft_attention_backend"] == (None if version < "0.5.15" else "flashinfer")
     assert info["served_model_name"] == "/models/kimi-k2.6" and info["model_path"] == "/models/kimi-k2.6"
     assert info["tp_size"] == 2 and info["host"] == "127.0.0.1" and info["port"] == sim.port
     assert info["api_key"] == "k3y"  # real releases return it

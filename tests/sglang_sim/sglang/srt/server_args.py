@@ -533,6 +533,12 @@ def _attn_dp_enabled(cfg):
 def _handle_speculative_decoding(cfg):
     if cfg.speculative_draft_model_path is not None and cfg.speculative_draft_model_revision is None:
         cfg.speculative_draft_model_revision = "main"
+    if cfg.speculative_moe_runner_backend is None:
+        # the draft's MoE runner follows the target's (0.5.11: never a trtllm one)
+        backend = cfg.moe_runner_backend or "auto"
+        if not at_least("0.5.12") and backend in ("flashinfer_trtllm", "flashinfer_trtllm_routed"):
+            backend = "auto"
+        cfg.speculative_moe_runner_backend = backend
     algorithm = cfg.speculative_algorithm
     if at_least("0.5.12"):
         if algorithm is not None:
