@@ -8,7 +8,10 @@ Commands: build-rootfs, up, down, status, inventory, sim-version. Run as root. S
 Everything a lab starts is recorded in its state directory (PIDs with their start times, machine
 names); `down` stops exactly those, never by pattern, and a failed `up` stops what it started.
 Each host's root is an overlay on the cached rootfs (a copy where overlayfs is not available), so
-creating a host costs no copy and the hosts share the page cache of their binaries.
+creating a host costs no copy and the hosts share the page cache of their binaries. Hosts are
+created a few at a time and boot in parallel; LAB_BOOT_TIMEOUT (seconds, default 90 + 3 per
+host) bounds the wait for all of them. `sim-version X` pins every host's simulator to release X
+(its SIM_VERSION file and its sglang-X.dist-info, which lab.py writes with the package).
 
 `up --router` (or LAB_ROUTER=1) also starts a real `sglang-router` from the controller's venv on
 `<LAB_NET>.2:<LAB_ROUTER_PORT>` (an address no host uses), with its Prometheus exporter on a free
@@ -68,7 +71,9 @@ class LabError(Exception):
 
 
 def log(msg: str) -> None:
-    print(f"lab: {msg}", flush=True)
+    # One write per line: hosts are created and stopped from several threads at once.
+    sys.stdout.write(f"lab: {msg}\n")
+    sys.stdout.flush()
 
 
 def run(argv, check=True, **kw) -> subprocess.CompletedProcess:
@@ -726,7 +731,9 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
     except BaseException as exc:
         if started:
             log(f"up failed ({type(exc).__name__}): stopping the {len(started)} host(s) it started")
-            stop_hosts(started, timeout=10)
+            # Short: a container still early in its boot may miss the poweroff request, and
+            # these hosts are removed anyway.
+            stop_hosts(started, timeout=5)
         raise
     log(f"{count} host(s) up in {time.monotonic() - t0:.1f} s; inventory "
         f"{inventory_path(lab)}")
@@ -784,6 +791,8 @@ def cmd_sim_version(lab: Lab, version: str | None) -> None:
 
 
 def raise_interrupt(signum, _frame):
+    # Once: a second SIGTERM must not cut short the stopping of what was started.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -854,6 +863,9 @@ def main(argv=None) -> int:
     except LabError as exc:
         print(f"lab: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("lab: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -207,9 +207,14 @@ def test_a_failed_up_stops_exactly_the_hosts_it_started(tmp_path, child, monkeyp
     assert sorted(stopped) == ["gpfu-1", "gpfu-2"]
 
 
-def test_sigterm_unwinds_like_ctrl_c():
-    with pytest.raises(KeyboardInterrupt):
-        lab.raise_interrupt(signal.SIGTERM, None)
+def test_sigterm_unwinds_like_ctrl_c_once():
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lab.raise_interrupt(signal.SIGTERM, None)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN  # the cleanup is not cut short
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def test_hosts_up_to_64(monkeypatch, capsys):
