@@ -41,8 +41,15 @@ class Outcome:
         return self.failed == 0 and self.passed > 0
 
 
+# Tests leave the user's home as they found it: Ansible's tmp and ssh sockets, ansible-test's
+# venvs and caches, ansible-lint's, pip's and matplotlib's all go to a home of their own.
+TEST_HOME = Path(os.environ.get("GPUFLEET_TEST_HOME", "/var/tmp/gpufleet-test-home"))
+
+
 def env_with(extra: dict | None = None) -> dict:
     env = dict(os.environ)
+    TEST_HOME.mkdir(parents=True, exist_ok=True)
+    env["HOME"] = str(TEST_HOME)
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
     env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
@@ -112,7 +119,7 @@ def ensure_pip_bootstrap() -> None:
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
 
     pip_version = get_venv_packages(_Py())["pip"]
-    cache = Path.home() / ".ansible" / "test" / "cache"
+    cache = TEST_HOME / ".ansible" / "test" / "cache"
     script = cache / f"get_pip_{pip_version.replace('.', '_')}.py"
     wheels = cache / f"pip-{pip_version}-wheel"
     if script.exists() and any(wheels.glob("pip-*.whl")):
@@ -214,6 +221,16 @@ def layer_lab_cycle() -> Outcome:
 
 
 LAYERS["lab-cycle"] = layer_lab_cycle
+
+
+def layer_conformance() -> Outcome:
+    """The real SGLang 0.5.23 (a cached venv outside the repo) against builder, preflight, sim."""
+    if stream([sys.executable, REPO / "tests" / "conformance" / "build_venv.py"])[0] != 0:
+        return Outcome("conformance", failed=1, note="venv build failed")
+    return pytest_layer("conformance", ["tests/conformance"])
+
+
+LAYERS["conformance"] = layer_conformance
 
 
 def main(argv: list[str]) -> int:
