@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
 """Build (once per recipe) the venv with the real SGLang that the conformance tests run.
 
     python3 tests/conformance/build_venv.py          # prints the venv's python
     python3 tests/conformance/build_venv.py --force  # rebuild even if cached
 
 The venv lives OUTSIDE the repository, in $GPUFLEET_CONFORMANCE_CACHE (default
-/var/cache/gpufleet-conformance) as venv-<hash>, where the hash covers the recipe: this
-script, requirements.lock, the stand-in modules under stubs/ and the Python version. A
+/var/cache/gpufleet-conformance) as venv-<hash>, where the hash covers the recipe:
+requirements.lock, the stand-in modules under stubs/, the Python version and BUILD_STEPS. A
 changed recipe builds a new venv (and removes older ones); an unchanged one costs nothing.
 The build goes to a temporary directory that is renamed into place only once the real SGLang
 imports from it, so a failed or interrupted build never looks cached. Concurrent callers wait
@@ -28,6 +27,9 @@ HERE = Path(__file__).resolve().parent
 LOCK = HERE / "requirements.lock"
 STUBS = HERE / "stubs"
 DEFAULT_CACHE = "/var/cache/gpufleet-conformance"
+# Bump when the build steps below change what ends up in the venv (the hash covers the inputs:
+# requirements.lock, stubs/, the Python version; not this script's wording).
+BUILD_STEPS = 1
 # What must import for the tests to run at all.
 SMOKE = "import sglang, sglang.srt.server_args; print(sglang.__version__)"
 
@@ -38,9 +40,8 @@ def cache_root() -> Path:
 
 def recipe_hash() -> str:
     digest = hashlib.sha256()
-    digest.update(("python %d.%d\n" % sys.version_info[:2]).encode())
-    for path in [Path(__file__).resolve(), LOCK, *sorted(p for p in STUBS.rglob("*") if p.is_file()
-                                                         and "__pycache__" not in p.parts)]:
+    digest.update(("python %d.%d steps %d\n" % (*sys.version_info[:2], BUILD_STEPS)).encode())
+    for path in [LOCK, *sorted(p for p in STUBS.rglob("*") if p.is_file() and "__pycache__" not in p.parts)]:
         digest.update(str(path.relative_to(HERE)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
@@ -74,8 +75,7 @@ def build(target: Path) -> None:
         # Exact pins, no resolver: every package the import needs is listed (requirements.lock).
         # torch==2.13.0 is the CPU build on this machine's disk (pip's find-links).
         pip = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              "--no-deps", *requirements()], capture_output=True, text=True,
-                             env=dict(os.environ, PIP_CACHE_DIR=str(cache_root() / "pip-cache")))
+                              "--no-deps", *requirements()], capture_output=True, text=True, check=False)
         if pip.returncode != 0:
             sys.stderr.write(pip.stdout[-3000:] + pip.stderr[-5000:])
             raise RuntimeError("pip install failed (exit %d)" % pip.returncode)

@@ -38,7 +38,7 @@ class Side:
 
     def run(self, argv, timeout=600):
         return subprocess.run([self.python, *argv], capture_output=True, text=True, env=self.env,
-                              timeout=timeout, cwd="/")
+                              timeout=timeout, cwd="/", check=False)
 
     def worker(self, request, timeout=1800):
         """worker.py with `request`; its response (raises with the worker's stderr on failure)."""
@@ -47,15 +47,15 @@ class Side:
             req.write_text(json.dumps(dict(request, script=_preflight().CHECK_SCRIPT)))
             proc = self.run([str(HERE / "worker.py"), str(req), str(resp)], timeout=timeout)
             if proc.returncode != 0 or not resp.exists():
-                raise AssertionError("%s worker failed (rc %s):\n%s" % (self.name, proc.returncode,
-                                                                         proc.stderr[-4000:]))
+                raise AssertionError("%s worker failed (rc %s):\n%s"
+                                     % (self.name, proc.returncode, proc.stderr[-4000:]))
             return json.loads(resp.read_text())
 
     def preflight(self, args):
         """The preflight exactly as a module runs it: `python -c CHECK_SCRIPT args`."""
         preflight = _preflight()
         proc = subprocess.run(preflight.check_command(self.python, args), capture_output=True,
-                              text=True, env=self.env, timeout=600, cwd="/")
+                              text=True, env=self.env, timeout=600, cwd="/", check=False)
         return preflight.parse_check_output(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -28,9 +28,9 @@ BLOCK_ZERO_ARGS = cases.dflash_raw_args(True, 0, None)
 
 
 def _all_args():
-    return ([API_KEY_ARGS, BLOCK_ZERO_ARGS] + [args for _, _, args in MATRIX]
-            + [cases.dflash_raw_args(draft, block, window) for _, draft, block, window in RULES]
-            + [args for _, args in PREFLIGHT])
+    return ([API_KEY_ARGS, BLOCK_ZERO_ARGS] + [args for case_id, algorithm, args in MATRIX]
+            + [cases.dflash_raw_args(draft, block, window) for case_id, draft, block, window in RULES]
+            + [args for case_id, args in PREFLIGHT])
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +43,10 @@ def runs(real, sim, models):
     sim_run = sim.worker(request)
     assert real_run["version"] == REAL_VERSION, real_run["version"]
     assert sim_run["version"] == REAL_VERSION, sim_run["version"]
-    by_args = lambda run: {json.dumps(args): verdict for args, verdict in zip(everything, run["checks"])}  # noqa: E731
+
+    def by_args(run):
+        return {json.dumps(args): result for args, result in zip(everything, run["checks"])}
+
     return {"real": real_run, "sim": sim_run, "real_checks": by_args(real_run),
             "sim_checks": by_args(sim_run)}
 
@@ -58,8 +61,8 @@ def brief(result):
 
 # ------------------------------------------------------------------ (a) the builder's args
 
-@pytest.mark.parametrize("algorithm, args", [(a, args) for _, a, args in MATRIX],
-                         ids=[case_id for case_id, _, _ in MATRIX])
+@pytest.mark.parametrize("algorithm, args", [(algorithm, args) for case_id, algorithm, args in MATRIX],
+                         ids=[case_id for case_id, algorithm, args in MATRIX])
 def test_builder_args_pass_the_real_parser_and_resolution(runs, models, algorithm, args):
     known = runs["real"]["algorithms"]
     result = verdict(runs, "real", args, models)
@@ -203,7 +206,7 @@ def test_log_prefix_rank_tags_are_the_real_ones(real, sim, monkeypatch):
             everything.update({"%s_size" % dim: 2, "%s_rank" % dim: index})
             assert common.rank_prefix(**{"%s_size" % dim: 2, "%s_rank" % dim: index}) == " %s%d" % (tag, index)
             assert common.rank_prefix(**{"%s_size" % dim: 1, "%s_rank" % dim: index}) == ""
-    expected = "".join(" %s%d" % (tag, index) for index, (tag, _) in enumerate(tags, start=2))
+    expected = "".join(" %s%d" % (tag, index) for index, (tag, condition) in enumerate(tags, start=2))
     assert common.rank_prefix(**everything) == expected
 
 
@@ -235,7 +238,8 @@ def test_log_line_format_is_the_real_one(real, sim):
 
 # ------------------------------------------------------------------ (e) preflight verdicts
 
-@pytest.mark.parametrize("args", [args for _, args in PREFLIGHT], ids=[case_id for case_id, _ in PREFLIGHT])
+@pytest.mark.parametrize("args", [args for case_id, args in PREFLIGHT],
+                         ids=[case_id for case_id, args in PREFLIGHT])
 def test_preflight_gives_the_same_verdict_on_real_and_simulator(real, sim, runs, models, args):
     argv = cases.substitute(args, models)
     on_real, on_sim = real.preflight(argv), sim.preflight(argv)

@@ -107,7 +107,7 @@ def in_child(function, *args):
             if not chunk:
                 break
             chunks.append(chunk)
-    _, status = os.waitpid(pid, 0)
+    status = os.waitpid(pid, 0)[1]
     if not chunks:
         return {"ok": False, "stage": "crash", "error": "child died (wait status %d)" % status}
     return json.loads(b"".join(chunks))

@@ -27,7 +27,7 @@ def run(argv, pythonpath=(), version=None, extra_env=None, cwd=None):
     if version:
         env["SGLANG_SIM_VERSION"] = version
     env.update(extra_env or {})
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=cwd)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120, cwd=cwd, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -253,17 +253,17 @@ CHECK_TABLE = [
      {"ok": False, "stage": "resolve", "error": "--speculative-draft-window-size must be positive, got 0."}),
     ("no sglang", 1, report(stage="import", error="No module named 'sglang'", exception="ModuleNotFoundError"), "",
      {"ok": False, "stage": "import", "error": "No module named 'sglang'"}),
-    ("ok but nonzero exit", 3, report(ok=True), "", {"ok": False,
-                                                    "error": "preflight reported success but exited 3"}),
+    ("ok but nonzero exit", 3, report(ok=True), "",
+     {"ok": False, "error": "preflight reported success but exited 3"}),
     ("crash after parse", 1, "%s_STAGE import\n%s_STAGE parse\n" % (MARKER, MARKER),
      "Traceback (most recent call last):\n  ...\nMemoryError: out of memory\n",
      {"ok": False, "stage": "parse", "error": "MemoryError: out of memory (exit 1)", "checked": []}),
-    ("killed", -9, "%s_STAGE resolve\n" % MARKER, "", {"ok": False, "stage": "resolve",
-                                                      "error": "no answer (killed by signal 9)"}),
+    ("killed", -9, "%s_STAGE resolve\n" % MARKER, "",
+     {"ok": False, "stage": "resolve", "error": "no answer (killed by signal 9)"}),
     ("no python", 127, "", "/bin/sh: /opt/sglang/venv/bin/python: not found",
      {"ok": False, "stage": "import", "error": "/bin/sh: /opt/sglang/venv/bin/python: not found (exit 127)"}),
-    ("garbled report", 1, "%s {not json\n" % MARKER, "", {"ok": False, "stage": "import",
-                                                           "error": "no answer (exit 1)"}),
+    ("garbled report", 1, "%s {not json\n" % MARKER, "",
+     {"ok": False, "stage": "import", "error": "no answer (exit 1)"}),
     ("key in a crash", 1, "", "ValueError: bad ServerArgs(api_key='%s', port=1)" % KEY,
      {"ok": False, "error": "ValueError: bad ServerArgs(api_key=%s, port=1) (exit 1)" % REDACTED}),
     ("key in a report", 1, report(error="server_args={'api_key': '%s'}" % KEY),
