@@ -422,6 +422,51 @@ def make_host_root(rootfs: Path, hdir: Path) -> str:
     return "copy"
 
 
+# Each container gets a cgroup of its own in the hierarchies systemd uses. Without one, every
+# nspawn started from the same cgroup puts its container at the same `/payload`: the containers'
+# systemds then share their units' cgroups (sglang.service of every host in one cgroup), so a
+# unit is never "empty" while another host runs it - the trap that kept units "deactivating".
+CGROUP_HIERARCHIES = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+CGROUP_PARENT = "gpufleet-lab"
+
+
+def host_cgroups(name: str) -> list[Path]:
+    """The host's own cgroup directory in each mounted hierarchy systemd uses (v1 name=systemd, v2)."""
+    found = []
+    for root in CGROUP_HIERARCHIES:
+        if (root / "cgroup.procs").exists() and (root == Path("/sys/fs/cgroup/systemd")
+                                                 or (root / "cgroup.controllers").exists()):
+            found.append(root / CGROUP_PARENT / name)
+    return found
+
+
+def remove_host_cgroups(name: str) -> None:
+    """Remove the host's cgroups (empty once its processes are gone; nspawn's sub-groups first)."""
+    for group in host_cgroups(name):
+        if not group.exists():
+            continue
+        for path in sorted((p for p in group.rglob("*") if p.is_dir()), key=lambda p: len(p.parts),
+                           reverse=True) + [group]:
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+
+
+def nspawn_argv(name: str, root: Path) -> list[str]:
+    """systemd-nspawn, started by a shell that first moves itself into the host's own cgroups
+    (thread-safe: no preexec_fn; `exec` keeps the PID the lab records)."""
+    nspawn = ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet", "--console=read-only",
+              "--machine", name, "-D", str(root), "--boot"]
+    groups = host_cgroups(name)
+    if not groups:
+        return nspawn
+    for group in groups:
+        group.mkdir(parents=True, exist_ok=True)
+    moves = "; ".join('echo $$ > "%s"' % (group / "cgroup.procs") for group in groups)
+    return ["/bin/sh", "-c", moves + '; exec "$@"', "gpufleet-lab-boot"] + nspawn
+
+
 def boot_host(lab: Lab, rootfs: Path, index: int) -> tuple[dict, subprocess.Popen]:
     """Create host `index` and start its systemd-nspawn; the caller waits for the boot."""
     host = lab.host(index)
@@ -435,9 +480,7 @@ def boot_host(lab: Lab, rootfs: Path, index: int) -> tuple[dict, subprocess.Pope
         configure_host(lab, hdir / "root", host)
         with open(hdir / "console.log", "w") as console:
             proc = subprocess.Popen(
-                ["systemd-nspawn", "--register=no", "--keep-unit", "--quiet",
-                 "--console=read-only", "--machine", host["name"], "-D", str(hdir / "root"),
-                 "--boot"],
+                nspawn_argv(host["name"], hdir / "root"),
                 stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                 start_new_session=True)
     except BaseException:
@@ -525,6 +568,7 @@ def stop_host(meta: dict, proc: subprocess.Popen | None = None, timeout: float =
             while nspawn_alive(meta, proc) and time.monotonic() < deadline:
                 time.sleep(0.2)
     remove_host_dir(Path(meta["dir"]))
+    remove_host_cgroups(meta["name"])
 
 
 def stop_hosts(hosts: list[tuple[dict, subprocess.Popen | None]], timeout: float = 20) -> int:
