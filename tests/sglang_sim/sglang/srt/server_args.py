@@ -299,7 +299,8 @@ def add_cli_args(parser, version=None):
                 kwargs["action"] = "append"
             if spec.get("type"):
                 kwargs["type"] = _TYPES.get(spec["type"], str)
-            if spec["nargs"] is not None:
+            if spec["nargs"] is not None or action in _CUSTOM_ACTIONS:
+                # a custom action's own default nargs is not argparse's: pass what the real parser has
                 kwargs["nargs"] = spec["nargs"]
             if spec["nargs"] == "?" and action == "_StoreAction":
                 kwargs["const"] = spec["const"]
