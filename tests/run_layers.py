@@ -101,6 +101,11 @@ def layer_unit() -> Outcome:
     return pytest_layer("unit", ["tests/unit"])
 
 
+def layer_functional() -> Outcome:
+    """Tests that start real processes (the simulator, sglang-router, ansible-playbook on localhost)."""
+    return pytest_layer("functional", ["-n", "2", "tests/functional"])
+
+
 def collection_files() -> list[str]:
     out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
@@ -206,7 +211,7 @@ def layer_molecule() -> Outcome:
     return outcome
 
 
-LAYERS = {"unit": layer_unit, "sanity": layer_sanity, "lint": layer_lint,
+LAYERS = {"unit": layer_unit, "functional": layer_functional, "sanity": layer_sanity, "lint": layer_lint,
           "integration": layer_integration, "molecule": layer_molecule}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 class ModuleDocFragment(object):
 
     # Waiting with a monotonic clock; the timeout must fit 10-minute model loads.
+    # Argument spec: plugins/module_utils/_argspec.py WAIT.
     DOCUMENTATION = r"""
 options:
   timeout:
@@ -19,9 +20,13 @@ options:
     default: 900
   poll_interval:
     description:
-      - Seconds between two polls of systemd, the journal and the server.
+      - Seconds of one tick of the wait. Each tick blocks in the journal of the invocation (a new
+        line is seen at once), checks that the main process lives, and tries a TCP connect to the
+        port; C(/generate) is sent as soon as the port accepts connections.
+      - systemd's own state is read at most once a second, and at once when the journal shows
+        systemd's messages about the invocation (exit, restart).
     type: float
-    default: 5
+    default: 0.25
   request_timeout:
     description:
       - Seconds one HTTP request may take; always bounded by the time left of O(timeout),

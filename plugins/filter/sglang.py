@@ -11,6 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 
 
 def _guard(function, *args):
@@ -33,6 +34,34 @@ def sglang_args(settings, version):
 def sglang_expect(settings, version):
     """The config-line keys the new process must log, with their intended values."""
     return _guard(_args.build_expect, settings, version)
+
+
+def sglang_intent(settings, version):
+    """What the running process must show: expect, config_line, command, environment."""
+    return _guard(_args.build_intent, settings, version)
+
+
+def sglang_server_info(settings, version):
+    """The /server_info keys and values of the settings the role sets."""
+    return _guard(_args.intended_server_info, settings, version)
+
+
+def sglang_endpoints(host, port, address=None, extra_args=None):
+    """{url, worker_url}: where the server is probed on its host, and how a router reaches it."""
+    try:
+        return _args.server_endpoints(host, port, address, extra_args)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("sglang_endpoints: %s" % exc) from None
+
+
+def sglang_config_path(settings):
+    """Where the unit's SGLang config file (the API key) lives."""
+    return _args.config_file_path(settings)
+
+
+def sglang_config_text(settings):
+    """The YAML of the SGLang config file (holds the API key: no_log wherever it goes)."""
+    return _args.config_file_text(settings)
 
 
 def sglang_execstart(settings, version):
@@ -60,6 +89,15 @@ class FilterModule:
             "sglang_args": sglang_args,
             "sglang_expect": sglang_expect,
             "sglang_execstart": sglang_execstart,
+            "sglang_intent": sglang_intent,
+            "sglang_server_info": sglang_server_info,
+            "sglang_endpoints": sglang_endpoints,
+            "sglang_config_path": sglang_config_path,
+            "sglang_config_text": sglang_config_text,
+            "sglang_verified_from_drift": _records.verified_from_drift,
+            "sglang_verification": _records.verification,
+            "sglang_adopted_record": _records.adopted_record,
+            "sglang_revert_outcome": _records.revert_outcome,
             "systemd_quote": systemd_quote,
             "systemd_environment": systemd_environment,
         }

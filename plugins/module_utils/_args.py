@@ -30,14 +30,24 @@ def flags_for_key(key):
     return EXPECT_KEY_FLAGS.get(key, ())
 
 
-ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DDTREE")
+ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP", "DSPARK",
+              "UNO", "DDTREE")
+# The first release that knows each algorithm (SGLANG_FACTS.md). DDTREE exists in no public
+# release (an upstream pull request and private builds): the host's own parser judges it.
+ALGORITHM_SINCE = {"DFLASH": (0, 5, 11), "FROZEN_KV_MTP": (0, 5, 12), "DSPARK": (0, 5, 16), "UNO": (0, 5, 20)}
+CUSTOM_BUILD_ALGORITHMS = ("DDTREE",)
+# Algorithms whose draft worker logs a config line the module can read.
+CONFIG_LINE_ALGORITHMS = ("DFLASH", "DDTREE")
 
 # The module SGLang is started with (`python -m sglang.launch_server`, every release).
 ENTRYPOINT = ("-m", "sglang.launch_server")
 DEFAULT_PYTHON = "/opt/sglang/venv/bin/python"
 
-# Variable holding the API key inside the unit's EnvironmentFile; the unit refers to it,
-# the key itself is never part of an args list or of the unit text.
+# The API key is never on the command line (`ps` would show it): the unit passes
+# `--config <sglang_config_file>`, a YAML file readable only by root and the service user that
+# holds `api-key: <key>` (SGLang merges it into its argv in-process; 0.5.10 and later).
+CONFIG_FLAG = "--config"
+# Environment name the role refuses in sglang_environment (the key has its own variable).
 API_KEY_ENV = "SGLANG_API_KEY"
 
 DFLASH_SINCE = (0, 5, 11)
@@ -96,7 +106,7 @@ _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 _EXECUTABLE = re.compile(r"^/[A-Za-z0-9._+@:/-]+$")
 _ACCOUNT = re.compile(r"^[a-z_][a-z0-9_-]*$")
 _UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
-_API_KEY_FORBIDDEN = re.compile(r"[\s'\"\\$`\x00-\x1f\x7f]")
+_API_KEY_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class SettingsError(ValueError):
@@ -265,9 +275,11 @@ def _check_version(settings, version, algorithm, window, errors):
         errors.append(f"sglang_version {version!r} is not a version like 0.5.12"
                       " (leave it empty to detect it from the host)")
         return None
-    if algorithm == "DFLASH" and parsed < DFLASH_SINCE:
-        errors.append(f"sglang_speculative_algorithm is DFLASH but SGLang {version}"
-                      " (sglang_version) has no DFLASH: it arrived in 0.5.11")
+    since = ALGORITHM_SINCE.get(algorithm)
+    if since is not None and parsed < since:
+        errors.append(f"sglang_speculative_algorithm is {algorithm} but SGLang {version}"
+                      f" (sglang_version) has no {algorithm}: it arrived in"
+                      f" {'.'.join(str(part) for part in since)}")
     if window is not None and algorithm not in ("none", "DFLASH") and parsed < GENERIC_WINDOW_SINCE:
         errors.append(f"sglang_speculative_draft_window_size is a DFLASH-only setting in"
                       f" SGLang {version}; sglang_speculative_algorithm is {algorithm}")
@@ -292,11 +304,11 @@ def normalize(settings, version=None):
                                        or not _EXECUTABLE.match(norm["python"])):
         errors.append(f"sglang_python must be an absolute path without spaces, quotes, '$'"
                       f" or '%' (systemd runs it directly), got {norm['python']!r}")
-    env_file = settings.get("sglang_env_file")
-    if env_file is not None and (not isinstance(env_file, str)
-                                 or not _EXECUTABLE.match(env_file)):
-        errors.append(f"sglang_env_file must be an absolute path without spaces, quotes, '$'"
-                      f" or '%', got {env_file!r}")
+    config_file = settings.get("sglang_config_file")
+    if config_file is not None and (not isinstance(config_file, str)
+                                    or not _EXECUTABLE.match(config_file)):
+        errors.append(f"sglang_config_file must be an absolute path without spaces, quotes, '$'"
+                      f" or '%', got {config_file!r}")
     for name in ("sglang_user", "sglang_group"):
         account = settings.get(name)
         if account is not None and (not isinstance(account, str)
@@ -353,9 +365,12 @@ def normalize(settings, version=None):
     if api_key not in (None, ""):
         # The key itself is never echoed.
         if not isinstance(api_key, str) or _API_KEY_FORBIDDEN.search(api_key):
-            errors.append("sglang_api_key must be a string without whitespace, quotes,"
-                          " backslashes, '$', '`' or control characters (it is passed through"
-                          " an EnvironmentFile and ${SGLANG_API_KEY} in ExecStart)")
+            errors.append("sglang_api_key must be a string without newlines or control characters")
+        elif api_key.startswith("-"):
+            # SGLang turns the config file into `--api-key <key>` for argparse, which takes
+            # a leading '-' for an option and refuses to start ("expected one argument").
+            errors.append("sglang_api_key must not start with '-': SGLang reads it from its config file as"
+                          " '--api-key <key>', and its argument parser takes a leading '-' for an option")
         norm["api_key_set"] = True
     else:
         norm["api_key_set"] = False
@@ -399,7 +414,8 @@ def _require_version(version):
 def build_args(settings, version):
     """Settings -> SGLang's argv after `python -m sglang.launch_server`.
 
-    Never contains the API key (the unit adds `--api-key ${SGLANG_API_KEY}`).
+    Never contains the API key: with sglang_api_key set it ends with `--config <file>`, the
+    root-only YAML file that holds the key (config_file_text).
     """
     _require_version(version)
     norm = normalize(settings, version)
@@ -430,7 +446,42 @@ def build_args(settings, version):
     for flag, values in norm["extra_args"]:
         args.append(flag)
         args.extend(values)
+    if norm["api_key_set"]:
+        args += [CONFIG_FLAG, config_file_path(settings)]
     return args
+
+
+def config_file_path(settings):
+    """Where the unit's SGLang config file (the API key) lives."""
+    path = settings.get("sglang_config_file")
+    if path:
+        return path
+    unit = settings.get("sglang_unit_name") or "sglang.service"
+    return "/etc/sglang/%s.yaml" % re.sub(r"\.service$", "", unit)
+
+
+def config_file_text(settings):
+    """The YAML of the config file: the API key only, as a double-quoted YAML string.
+
+    The key is spelled like the flag (``api-key``): SGLang turns each key into ``--<key>``
+    verbatim, and ``--api_key`` is no flag of its parser (it would print the key in its error).
+    """
+    api_key = settings.get("sglang_api_key")
+    if api_key in (None, ""):
+        return "{}\n"
+    # Not json.dumps: it writes a character beyond U+FFFF as a surrogate pair (\ud83d\ude00),
+    # which PyYAML (SGLang's yaml.safe_load) reads as two lone surrogates. Escape every
+    # non-ASCII character (no YAML line break U+0085/U+2028 is ever written raw).
+    quoted = []
+    for char in str(api_key):
+        code = ord(char)
+        if char in '"\\':
+            quoted.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            quoted.append(char)
+        else:
+            quoted.append("\\u%04x" % code if code <= 0xFFFF else "\\U%08x" % code)
+    return 'api-key: "%s"\n' % "".join(quoted)
 
 
 def build_command(settings, version):
@@ -463,6 +514,75 @@ def build_expect(settings, version):
         if norm["sglang_speculative_tree_budget"] is not None:
             expect["tree_budget"] = norm["sglang_speculative_tree_budget"]
     return expect
+
+
+def build_intent(settings, version):
+    """Everything a running process must show: config-line values and whether a draft-runner
+    line may appear at all (``config_line``), its command line, and its environment.
+
+    "Off" is an expectation too: without DFLASH/DDTREE no draft-runner line may be logged
+    (EAGLE, NGRAM, ... log none of their own; a DFLASH line would mean another algorithm runs).
+    """
+    norm = normalize(settings, version)
+    logs_line = norm["algorithm"] in CONFIG_LINE_ALGORITHMS
+    return {
+        "expect": build_expect(settings, version),
+        "config_line": "required" if logs_line else "absent",
+        "command": build_command(settings, version),
+        "environment": environment(settings),
+    }
+
+
+def intended_server_info(settings, version):
+    """The /server_info keys (and values) of the settings the role sets, from the settings.
+
+    /server_info echoes the parsed arguments: a difference means the process was launched with
+    other arguments (a --config file, a drop-in); agreement proves nothing about the runtime.
+    """
+    norm = normalize(settings, version)
+    info = {"model_path": norm["model_path"]}
+    if norm["served_model_name"]:
+        info["served_model_name"] = norm["served_model_name"]
+    for key, name in (("tp_size", "sglang_tp_size"), ("port", "sglang_port")):
+        if norm[name] is not None:
+            info[key] = norm[name]
+    if norm["host"]:
+        info["host"] = norm["host"]
+    algorithm = norm["algorithm"]
+    info["speculative_algorithm"] = None if algorithm == "none" else algorithm
+    if algorithm != "none":
+        window_key = window_flag(version)[2:].replace("-", "_") if norm["sglang_speculative_draft_window_size"] \
+            is not None else None
+        for key, name in (("speculative_draft_model_path", "draft_model_path"),
+                          ("speculative_num_draft_tokens", "sglang_speculative_num_draft_tokens"),
+                          (window_key, "sglang_speculative_draft_window_size"),
+                          ("speculative_eagle_topk", "sglang_speculative_eagle_topk"),
+                          ("speculative_num_steps", "sglang_speculative_num_steps")):
+            if key and norm[name] is not None:
+                info[key] = norm[name]
+    return info
+
+
+def server_endpoints(host, port, address=None, extra_args=None):
+    """Where the server answers: ``url`` (probed on the host itself) and ``worker_url`` (how a
+    router elsewhere reaches it).
+
+    An empty host is SGLang's default (127.0.0.1). A wildcard bind (0.0.0.0, ::) is probed on loopback (127.0.0.1, ::1) and reached from
+    elsewhere at `address` (the inventory's ansible_host); IPv6 literals are bracketed; TLS when
+    --ssl-certfile is among the extra args.
+    """
+    scheme = "https" if isinstance(extra_args, dict) and extra_args.get("--ssl-certfile") else "http"
+    host = (str(host).strip() if host is not None else "") or "127.0.0.1"  # SGLang's default --host
+    port = int(port)
+    wildcard = host in ("0.0.0.0", "::", "[::]", "*")
+    probe = ("::1" if host in ("::", "[::]") else "127.0.0.1") if wildcard else host
+    reach = (address or probe) if wildcard else host
+
+    def url(name):
+        name = name.strip("[]")
+        return "%s://%s:%s" % (scheme, "[%s]" % name if ":" in name else name, port)
+
+    return {"url": url(probe), "worker_url": url(reach)}
 
 
 def environment(settings):
@@ -500,12 +620,6 @@ def systemd_quote_env(name, value):
 
 
 def render_execstart(settings, version, indent="    "):
-    """The value of ExecStart=: one systemd-quoted argument per line, `\\` continued.
-
-    The only unescaped `$` is the `${SGLANG_API_KEY}` reference to the EnvironmentFile,
-    present when sglang_api_key is set.
-    """
+    """The value of ExecStart=: one systemd-quoted argument per line, `\\` continued."""
     parts = [systemd_quote(arg) for arg in build_command(settings, version)]
-    if normalize(settings)["api_key_set"]:
-        parts += [systemd_quote("--api-key"), '"${%s}"' % API_KEY_ENV]
     return (" \\\n" + indent).join(parts)

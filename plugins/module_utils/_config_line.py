@@ -30,8 +30,10 @@ _MARKER_RE = re.compile(r"Initialized (?:DFLASH draft runner|DDTree worker)\.")
 # The logging prefix right before the message: "[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]".
 _PREFIX_RE = re.compile(
     r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
-    r"(?P<tags>(?:\s+(?:DP|PP|ATTN_CP|TP|EP)\d+)*)\]\s*$")
-_TAG_RE = re.compile(r"(DP|PP|ATTN_CP|TP|EP)(\d+)")
+    r"(?P<tags>(?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]\s*$")
+# SGLang's rank tags (each only when that dimension is > 1), in the order it prints them.
+RANK_TAGS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
+_TAG_RE = re.compile(r"(?<![A-Z_])(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 _REPEATED_RE = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 _PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*?)(?=,\s*[A-Za-z_][A-Za-z0-9_]*=|$)")
 
@@ -96,13 +98,20 @@ def parse_config_line(line):
     }
 
 
-def find_config_line(lines):
-    """The first rank-0 config line among `lines` (parsed), or None."""
+def find_config_lines(lines):
+    """Every rank-0 config line among `lines`, parsed, in order (a re-initialised worker logs twice)."""
+    found = []
     for line in lines:
         parsed = parse_config_line(line)
         if parsed and parsed["rank0"]:
-            return parsed
-    return None
+            found.append(parsed)
+    return found
+
+
+def find_config_line(lines):
+    """The first rank-0 config line among `lines` (parsed), or None."""
+    found = find_config_lines(lines)
+    return found[0] if found else None
 
 
 def normalize(value):
@@ -152,30 +161,6 @@ def compare(expected, observed):
 def normalize_expect(expected):
     """The expected dict with values coerced (what the module reports as `expected`)."""
     return dict((key, normalize(value)) for key, value in (expected or {}).items())
-
-
-def config_from_server_info(info):
-    """Config-line keys derived from /server_info (the fallback when the journal lost the line).
-
-    0.5.11 names the window ``speculative_dflash_draft_window_size``, >= 0.5.12
-    ``speculative_draft_window_size``; compact_cache is True exactly when a window is set.
-    """
-    observed = {}
-    if not isinstance(info, dict):
-        return observed
-    for key in ("speculative_draft_window_size", "speculative_dflash_draft_window_size"):
-        if key in info:
-            observed["draft_window_size"] = info[key]
-            observed["compact_cache"] = info[key] is not None
-            break
-    block = info.get("speculative_dflash_block_size")
-    if block is None:
-        block = info.get("speculative_num_draft_tokens")
-    if block is not None or "speculative_num_draft_tokens" in info:
-        observed["block_size"] = block
-    if "speculative_attention_backend" in info:
-        observed["attention_backend"] = info["speculative_attention_backend"]
-    return observed
 
 
 def render(value):

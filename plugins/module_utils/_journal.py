@@ -6,16 +6,17 @@
 Private to this collection: no compatibility promise.
 
 Hosts have no python-systemd, so this runs ``journalctl`` through an injected
-``run(argv) -> (rc, out, err)`` (``module.run_command`` in modules, a table in tests).
-Every query matches ``_SYSTEMD_INVOCATION_ID=<id>`` and is bounded: the first read takes at most
-``batch`` of the newest entries, later reads continue with ``--after-cursor`` and ``-n batch``
-(with a cursor, ``-n`` limits how many entries are printed going forward). The cost of a poll
-therefore depends on what the process logged since the last poll, never on the journal's size.
+``run(argv) -> (rc, out, err)`` (``module.run_command`` in modules, a table in tests), or follows
+it (``JournalFollower``). Every query matches ``_SYSTEMD_INVOCATION_ID=<id>`` (an indexed field)
+and is bounded: the newest N lines, a --grep for a few landmarks, or what arrives after a cursor.
+Its cost never depends on the unit's other invocations.
 """
 from __future__ import annotations
 
 import collections
 import json
+import os
+import time
 
 # journald's own "Suppressed N messages from UNIT" notice (SD_MESSAGE_JOURNAL_DROPPED).
 # SD_MESSAGE_JOURNAL_DROPPED (systemd/sd-messages.h), as journald writes it (checked on systemd 252).
@@ -53,7 +54,8 @@ def parse_json_lines(text):
 
 
 class Entry(object):
-    __slots__ = ("message", "cursor", "realtime_usec", "pid", "fields")
+    """One journal entry: the process's own line, or systemd's message about its invocation."""
+    __slots__ = ("message", "cursor", "realtime_usec", "pid", "fields", "from_systemd")
 
     def __init__(self, fields):
         self.fields = fields
@@ -64,24 +66,18 @@ class Entry(object):
         except (TypeError, ValueError):
             self.realtime_usec = None
         self.pid = fields.get("_PID")
+        # systemd (PID 1) tags its messages about a unit with INVOCATION_ID= (no underscore);
+        # the service's own output carries the trusted _SYSTEMD_INVOCATION_ID=.
+        self.from_systemd = "_SYSTEMD_INVOCATION_ID" not in fields and "INVOCATION_ID" in fields
 
 
 class InvocationJournal(object):
-    """The journal of one invocation, read forward from a cursor."""
+    """Bounded queries of one invocation's journal: its newest lines, and a search."""
 
-    def __init__(self, run, invocation_id, batch=2000, max_batches=5, keep=20, journalctl="journalctl"):
+    def __init__(self, run, invocation_id, journalctl="journalctl"):
         self.run = run
         self.invocation_id = invocation_id
-        self.batch = batch
-        self.max_batches = max_batches
         self.journalctl = journalctl
-        self.cursor = None
-        self.last_lines = collections.deque(maxlen=keep)
-        self.first_realtime_usec = None
-        # True when a read was capped: older (or skipped) entries were not seen by the stream,
-        # so a config line may only be found with search_config().
-        self.gaps = False
-        self.entries_read = 0
 
     def _base(self):
         return [self.journalctl, "_SYSTEMD_INVOCATION_ID=%s" % self.invocation_id,
@@ -93,52 +89,15 @@ class InvocationJournal(object):
             raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
         return [Entry(fields) for fields in parse_json_lines(out)]
 
-    def _take(self, entries):
-        for entry in entries:
-            if entry.realtime_usec is not None and (self.first_realtime_usec is None
-                                                    or entry.realtime_usec < self.first_realtime_usec):
-                self.first_realtime_usec = entry.realtime_usec
-            self.last_lines.append(entry.message)
-        if entries and entries[-1].cursor:
-            self.cursor = entries[-1].cursor
-        self.entries_read += len(entries)
-
-    def start(self, lines=None):
-        """First read: the newest `lines` entries (default: batch). Returns them."""
-        count = self.batch if lines is None else lines
-        entries = self._query(self._base() + ["-n", str(count)])
-        if len(entries) >= count:
-            self.gaps = True
-        self._take(entries)
-        return entries
-
-    def read_new(self):
-        """Entries logged since the last read (at most batch * max_batches per call)."""
-        if self.cursor is None:
-            return self.start()
-        result = []
-        for dummy in range(self.max_batches):
-            entries = self._query(self._base() + ["--after-cursor=%s" % self.cursor, "-n", str(self.batch)])
-            self._take(entries)
-            result.extend(entries)
-            if len(entries) < self.batch:
-                return result
-        # Still more to read: the next call continues from the cursor; nothing is lost.
-        return result
-
     def tail(self, lines=20):
-        """The invocation's newest `lines` messages (independent of the cursor)."""
-        try:
-            entries = self._query(self._base() + ["-n", str(lines)])
-        except JournalError:
-            return list(self.last_lines)[-lines:]
-        return [entry.message for entry in entries]
+        """The invocation's newest `lines` messages."""
+        return [entry.message for entry in self._query(self._base() + ["-n", str(lines)])]
 
-    def grep(self, pattern):
-        """Messages of this invocation matching a PCRE2 pattern (journalctl --grep).
+    def grep_entries(self, pattern):
+        """Entries of this invocation whose message matches a PCRE2 pattern (journalctl --grep).
 
-        Output is bounded by the number of matches (the config line is logged once per rank 0);
-        no ``-n``: combined with --grep it would bound the entries searched, not the matches.
+        Output is bounded by the number of matches (a few startup landmarks); no ``-n``: combined
+        with --grep it would bound the entries searched, not the matches.
         Returns None when this journalctl cannot grep (built without PCRE2).
         """
         argv = self._base() + ["--grep", pattern]
@@ -151,7 +110,12 @@ class InvocationJournal(object):
             if not (out or "").strip() and not text.strip():
                 return []
             raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
-        return [Entry(fields).message for fields in parse_json_lines(out)]
+        return [Entry(fields) for fields in parse_json_lines(out)]
+
+    def grep(self, pattern):
+        """Messages of this invocation matching `pattern` (see grep_entries); None without PCRE2."""
+        entries = self.grep_entries(pattern)
+        return None if entries is None else [entry.message for entry in entries]
 
 
 def suppressed_notices(run, unit, invocation_id, since, journalctl="journalctl"):
@@ -191,3 +155,114 @@ def suppressed_notices(run, unit, invocation_id, since, journalctl="journalctl")
             count = None
         notices.append({"count": count, "message": message, "invocation_id": object_inv})
     return notices
+
+
+class JournalFollower(object):
+    """One invocation's entries as journald stores them, as they arrive.
+
+    Follows ``_SYSTEMD_INVOCATION_ID=<id>`` (the process's own output) ``+ INVOCATION_ID=<id>``
+    (systemd's messages about that invocation: Started, Main process exited, Failed with result)
+    with ``journalctl --follow``. A read blocks in select() until entries arrive or the timeout
+    ends, so a quiet process costs the host nothing and a new line is seen at once. Continues
+    after ``cursor`` when given (the next slice of a wait), else from the invocation's first
+    entry (``from_start``) or from now.
+
+    ``spawn(argv)`` starts the process (``subprocess.Popen`` in modules, a fake in tests); it must
+    return an object with ``stdout`` (a binary pipe), ``poll()``, ``kill()`` and ``wait()``.
+    """
+
+    def __init__(self, spawn, invocation_id, cursor=None, from_start=True, journalctl="journalctl",
+                 keep=20, select=None):
+        self.spawn = spawn
+        self.invocation_id = invocation_id
+        self.cursor = cursor
+        self.from_start = from_start
+        self.journalctl = journalctl
+        self.last_lines = collections.deque(maxlen=keep)
+        self.entries_read = 0
+        self.proc = None
+        self._buffer = b""
+        self._select = select
+
+    def argv(self):
+        argv = [self.journalctl, "--follow", "-o", "json", "--all", "--no-pager", "-q"]
+        if self.cursor:
+            argv.append("--after-cursor=%s" % self.cursor)
+        elif self.from_start:
+            argv.append("--no-tail")
+        else:
+            argv += ["-n", "0"]
+        return argv + ["_SYSTEMD_INVOCATION_ID=%s" % self.invocation_id, "+",
+                       "INVOCATION_ID=%s" % self.invocation_id]
+
+    def _ensure_started(self):
+        if self.proc is None:
+            try:
+                self.proc = self.spawn(self.argv())
+            except OSError as exc:
+                raise JournalError("could not start %s: %s" % (self.journalctl, exc))
+
+    def read(self, timeout):
+        """Entries that arrived within `timeout` seconds (possibly none)."""
+        self._ensure_started()
+        select_fn = self._select
+        if select_fn is None:
+            import select as select_module
+            select_fn = select_module.select
+        fd = self.proc.stdout
+        entries = []
+        ready, dummy, dummy = select_fn([fd], [], [], max(0.0, timeout))
+        while ready:
+            chunk = os.read(fd.fileno(), 1 << 16)
+            if not chunk:  # its output closed: it has ended, or is about to
+                self._check_alive(force=True)
+                if self.proc is not None:
+                    time.sleep(max(0.0, min(timeout, 0.05)))
+                break
+            self._buffer += chunk
+            # Whatever else is already buffered, without waiting again.
+            ready, dummy, dummy = select_fn([fd], [], [], 0)
+        if b"\n" in self._buffer:
+            complete, self._buffer = self._buffer.rsplit(b"\n", 1)
+            for line in complete.split(b"\n"):
+                entries.extend(self._parse(line))
+        self._check_alive()
+        for entry in entries:
+            if not entry.from_systemd:
+                self.last_lines.append(entry.message)
+        if entries and entries[-1].cursor:
+            self.cursor = entries[-1].cursor
+        self.entries_read += len(entries)
+        return entries
+
+    @staticmethod
+    def _parse(line):
+        line = line.strip()
+        if not line.startswith(b"{"):
+            return []
+        try:
+            return [Entry(json.loads(line.decode("utf-8", "replace")))]
+        except ValueError:
+            return []
+
+    def _check_alive(self, force=False):
+        rc = self.proc.poll()
+        if rc is not None and (force or rc != 0):
+            err = b""
+            if getattr(self.proc, "stderr", None) is not None:
+                try:
+                    err = self.proc.stderr.read() or b""
+                except (IOError, OSError):
+                    err = b""
+            self.proc = None
+            raise JournalError("%s --follow ended (rc=%s): %s" % (
+                self.journalctl, rc, err.decode("utf-8", "replace").strip() or "no error output"))
+
+    def close(self):
+        if self.proc is not None:
+            try:
+                self.proc.kill()
+                self.proc.wait()
+            except OSError:
+                pass
+            self.proc = None

@@ -8,126 +8,27 @@ through ``ansible.module_utils.urls.open_url``; provenance reads /proc (root inj
 """
 from __future__ import annotations
 
-import errno
-import json
 import os
 import socket
 import struct
 
-from urllib.error import HTTPError, URLError
 from urllib.parse import urlsplit
 
-from ansible.module_utils.urls import open_url
-
-REFUSED = "refused"
-TIMEOUT = "timeout"
-HTTP = "http"
-ERROR = "error"
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import HTTP
 
 
-class Response(object):
-    """Outcome of one request: ``kind`` is http (a status arrived), refused, timeout or error."""
-
-    def __init__(self, kind, status=None, body=None, error=None):
-        self.kind = kind
-        self.status = status
-        self.body = body
-        self.error = error
-
-    @property
-    def port_open(self):
-        """Something accepted the connection (any answer, or a request that hung)."""
-        return self.kind in (HTTP, TIMEOUT)
-
-    def json(self):
-        try:
-            return json.loads(self.body) if self.body else None
-        except ValueError:
-            return None
-
-    def describe(self):
-        if self.kind == HTTP:
-            return "HTTP %s" % self.status
-        if self.kind == REFUSED:
-            return "connection refused"
-        if self.kind == TIMEOUT:
-            return "no answer within the request timeout"
-        return "error: %s" % self.error
+def generate(http, prompt, max_new_tokens, timeout):
+    """POST /generate with greedy sampling (a Response)."""
+    payload = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    return http.post("/generate", payload, timeout)
 
 
-def _is_timeout(exc):
-    if isinstance(exc, socket.timeout):
-        return True
-    return "timed out" in str(exc).lower()
-
-
-def _is_refused(exc):
-    if isinstance(exc, ConnectionRefusedError):
-        return True
-    return getattr(exc, "errno", None) == errno.ECONNREFUSED or "refused" in str(exc).lower()
-
-
-class HttpClient(object):
-    """JSON over HTTP with open_url; never raises for network outcomes."""
-
-    def __init__(self, base_url, api_key=None, validate_certs=True, opener=None):
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        self.validate_certs = validate_certs
-        self.opener = opener or open_url
-
-    def request(self, path, payload=None, timeout=30.0):
-        headers = {"Accept": "application/json"}
-        data = None
-        method = "GET"
-        if payload is not None:
-            data = json.dumps(payload)
-            headers["Content-Type"] = "application/json"
-            method = "POST"
-        if self.api_key:
-            headers["Authorization"] = "Bearer %s" % self.api_key
-        try:
-            resp = self.opener(self.base_url + path, data=data, headers=headers, method=method,
-                               timeout=max(float(timeout), 0.1), validate_certs=self.validate_certs,
-                               follow_redirects="none")
-            body = resp.read()
-            return Response(HTTP, getattr(resp, "status", None) or resp.getcode(), _text(body))
-        except HTTPError as exc:
-            try:
-                body = exc.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            return Response(HTTP, exc.code, _text(body))
-        except URLError as exc:
-            reason = exc.reason
-            if _is_timeout(reason if isinstance(reason, Exception) else exc):
-                return Response(TIMEOUT, error=str(reason))
-            if isinstance(reason, Exception) and _is_refused(reason) or "refused" in str(reason).lower():
-                return Response(REFUSED, error=str(reason))
-            return Response(ERROR, error=str(reason))
-        except Exception as exc:  # pylint: disable=broad-except
-            if _is_timeout(exc):
-                return Response(TIMEOUT, error=str(exc))
-            if _is_refused(exc):
-                return Response(REFUSED, error=str(exc))
-            return Response(ERROR, error="%s: %s" % (type(exc).__name__, exc))
-
-    def generate(self, prompt, max_new_tokens, timeout):
-        payload = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
-        return self.request("/generate", payload, timeout)
-
-    def server_info(self, timeout):
-        """/server_info, or the deprecated /get_server_info on a 404."""
-        resp = self.request("/server_info", None, timeout)
-        if resp.kind == HTTP and resp.status == 404:
-            resp = self.request("/get_server_info", None, timeout)
-        return resp
-
-
-def _text(body):
-    if isinstance(body, bytes):
-        return body.decode("utf-8", "replace")
-    return body or ""
+def server_info(http, timeout):
+    """/server_info, or the deprecated /get_server_info on a 404."""
+    resp = http.get("/server_info", timeout)
+    if resp.kind == HTTP and resp.status == 404:
+        resp = http.get("/get_server_info", timeout)
+    return resp
 
 
 def generate_verdict(resp):
@@ -142,6 +43,15 @@ def generate_verdict(resp):
         text = text[0] if text else None
     meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
     return bool(isinstance(text, str) and text.strip()), text, meta
+
+
+def port_accepts(host, port, timeout=1.0):
+    """A TCP connect to host:port succeeds (cheap: no request, no process)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 SERVER_INFO_KEYS = ("version", "status", "model_path", "tp_size", "dp_size", "host", "port")
@@ -198,11 +108,14 @@ def _wanted_hex(addresses):
     """Hex forms (tcp and tcp6) that serve connections to `addresses`, incl. wildcards."""
     v4, v6 = set([WILDCARD_V4]), set([WILDCARD_V6])
     for address in addresses:
-        if ":" in address:
-            v6.add(_ipv6_hex(address.split("%")[0]))
-        else:
-            v4.add(_ipv4_hex(address))
-            v6.add(_ipv6_hex("::ffff:" + address))
+        try:
+            if ":" in address:
+                v6.add(_ipv6_hex(address.split("%")[0]))
+            else:
+                v4.add(_ipv4_hex(address))
+                v6.add(_ipv6_hex("::ffff:" + address))
+        except (OSError, ValueError):
+            continue  # a name that did not resolve: only the wildcards can serve it
     return v4, v6
 
 

@@ -23,82 +23,32 @@ neither exists, ``/metrics`` (``sglang:num_running_reqs`` + ``sglang:num_queue_r
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 
-from urllib.error import HTTPError, URLError
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import (
+    ERROR,
+    HTTP,
+    REFUSED,
+    HttpClient,
+    Response,
+    open_url_transport,
+)
 
-from ansible.module_utils.urls import open_url
+
+def http_result(status=None, text="", error=None):
+    """A Response built by hand (fake transports): a status, or no answer and why."""
+    if status is not None:
+        return Response(HTTP, status, text)
+    return Response(REFUSED if "refused" in str(error).lower() else ERROR, error=error)
 
 
 class RouterError(Exception):
     """What was being done and what was seen; the module fails with this text."""
 
 
-class HttpResult(object):
-    """One HTTP exchange: ``status`` is None when no answer arrived (``error`` says why)."""
-
-    def __init__(self, status=None, text="", error=None):
-        self.status = status
-        self.text = text
-        self.error = error
-
-    def json(self):
-        try:
-            return json.loads(self.text) if self.text else None
-        except ValueError:
-            return None
-
-    def describe(self):
-        if self.status is None:
-            return "no answer (%s)" % self.error
-        excerpt = (self.text or "").strip().replace("\n", " ")
-        return "HTTP %s %s" % (self.status, excerpt[:300])
-
-
-def open_url_transport(validate_certs=True):
-    """A transport ``(method, url, payload, headers, timeout) -> HttpResult`` over open_url."""
-
-    def transport(method, url, payload, headers, timeout):
-        data = None
-        headers = dict(headers or {})
-        if payload is not None:
-            data = json.dumps(payload)
-            headers["Content-Type"] = "application/json"
-        try:
-            resp = open_url(url, data=data, headers=headers, method=method, timeout=timeout,
-                            validate_certs=validate_certs, follow_redirects="none")
-            return HttpResult(resp.getcode(), _text(resp.read()))
-        except HTTPError as exc:
-            try:
-                body = exc.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            return HttpResult(exc.code, _text(body))
-        except URLError as exc:
-            return HttpResult(error=str(exc.reason))
-        except Exception as exc:  # pylint: disable=broad-except
-            return HttpResult(error="%s: %s" % (type(exc).__name__, exc))
-
-    return transport
-
-
-def _text(body):
-    if isinstance(body, bytes):
-        return body.decode("utf-8", "replace")
-    return body or ""
-
-
 def normalize_url(url):
     return (url or "").strip().rstrip("/")
-
-
-def _auth(api_key):
-    headers = {"Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = "Bearer %s" % api_key
-    return headers
 
 
 # --------------------------------------------------------------------------- router API
@@ -106,12 +56,10 @@ def _auth(api_key):
 class RouterClient(object):
     def __init__(self, router_url, api_key=None, transport=None, timeout=10.0):
         self.base = normalize_url(router_url)
-        self.api_key = api_key
-        self.transport = transport or open_url_transport()
-        self.timeout = timeout
+        self.http = HttpClient(self.base, api_key, transport=transport or open_url_transport(), timeout=timeout)
 
     def _call(self, method, path, payload=None):
-        return self.transport(method, self.base + path, payload, _auth(self.api_key), self.timeout)
+        return self.http.request(method, path, payload)
 
     def list_workers(self):
         resp = self._call("GET", "/workers")
@@ -225,9 +173,7 @@ class WorkerLoad(object):
 
     def __init__(self, worker_url, api_key=None, transport=None, timeout=5.0):
         self.base = normalize_url(worker_url)
-        self.api_key = api_key
-        self.transport = transport or open_url_transport()
-        self.timeout = timeout
+        self.http = HttpClient(self.base, api_key, transport=transport or open_url_transport(), timeout=timeout)
         self.signal = None
 
     def read(self):
@@ -237,10 +183,10 @@ class WorkerLoad(object):
         """
         tried = []
         for path in ([self.signal] if self.signal else self.SIGNALS):
-            resp = self.transport("GET", self.base + path, None, _auth(self.api_key), self.timeout)
+            resp = self.http.get(path)
             if resp.status is None:
                 # Nothing listens any more: a stopped server holds no requests.
-                if "refused" in str(resp.error).lower():
+                if resp.kind == REFUSED or "refused" in str(resp.error).lower():
                     return 0, "refused"
                 raise RouterError("reading the load of %s%s: %s" % (self.base, path, resp.describe()))
             if resp.status == 401:

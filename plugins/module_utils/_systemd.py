@@ -8,13 +8,25 @@ Private to this collection: no compatibility promise.
 from __future__ import annotations
 
 import re
+import signal
+
+from ansible_collections.gpufleet.inference.plugins.module_utils._process import redact
 
 STATE_PROPERTIES = (
     "Id", "LoadState", "InvocationID", "ActiveState", "SubState", "MainPID", "NRestarts",
-    "ControlGroup", "ExecMainStartTimestamp", "Result", "UnitFileState",
+    "ControlGroup", "ExecMainStartTimestamp", "ExecMainStartTimestampMonotonic", "Result",
+    "UnitFileState", "ExecMainCode", "ExecMainStatus",
+)
+# What systemd would run, drop-ins included (read once per check, not every poll).
+EFFECTIVE_PROPERTIES = (
+    "FragmentPath", "DropInPaths", "NeedDaemonReload", "ExecStart", "Environment", "EnvironmentFiles",
 )
 
 _ARGV_RE = re.compile(r"argv\[\]=(.*?) ;")
+# siginfo's si_code as systemd prints ExecMainCode (CLD_EXITED, CLD_KILLED, CLD_DUMPED).
+EXIT_CODES = {"1": "exited", "2": "killed", "3": "dumped"}
+EXIT_STATUS_NAMES = {0: "SUCCESS", 1: "FAILURE", 2: "INVALIDARGUMENT", 3: "NOTIMPLEMENTED",
+                     4: "NOPERMISSION", 5: "NOTINSTALLED", 6: "NOTCONFIGURED", 7: "NOTRUNNING"}
 
 
 class SystemdError(Exception):
@@ -26,12 +38,17 @@ def show_argv(unit, properties, systemctl="systemctl"):
 
 
 def parse_show(text):
-    """``Key=Value`` lines -> dict (values kept as text; first '=' splits)."""
+    """``Key=Value`` lines -> dict (values kept as text; first '=' splits).
+
+    A property printed on several lines (one ``EnvironmentFiles=`` per file) keeps them all,
+    joined by newlines.
+    """
     props = {}
     for line in (text or "").splitlines():
         if "=" in line:
             key, value = line.split("=", 1)
-            props[key.strip()] = value
+            key = key.strip()
+            props[key] = props[key] + "\n" + value if key in props else value
     return props
 
 
@@ -42,8 +59,24 @@ def _int(value, default=0):
         return default
 
 
+def describe_exit(code, status):
+    """systemd's way of naming how a main process ended: 'code=exited, status=1/FAILURE'."""
+    how = EXIT_CODES.get(str(code), str(code) if code not in (None, "", "0") else None)
+    if how is None:
+        return None
+    number = _int(status, None)
+    if how == "exited":
+        name = EXIT_STATUS_NAMES.get(number)
+        return "code=exited, status=%s%s" % (status, "/" + name if name else "")
+    try:
+        name = signal.Signals(number).name[3:]
+    except (TypeError, ValueError):
+        name = None
+    return "code=%s, status=%s%s" % (how, status, "/" + name if name else "")
+
+
 class UnitState(object):
-    """One snapshot of a unit (the fields the waiter and the facts module use)."""
+    """One snapshot of a unit (the fields the waiter and the facts modules use)."""
 
     def __init__(self, props):
         self.props = props
@@ -55,8 +88,10 @@ class UnitState(object):
         self.n_restarts = _int(props.get("NRestarts"))
         self.control_group = props.get("ControlGroup", "") or ""
         self.start_timestamp = props.get("ExecMainStartTimestamp", "") or ""
+        self.start_monotonic_usec = _int(props.get("ExecMainStartTimestampMonotonic"))
         self.result = props.get("Result", "")
         self.unit_file_state = props.get("UnitFileState", "")
+        self.exit = describe_exit(props.get("ExecMainCode"), props.get("ExecMainStatus"))
 
     @property
     def exists(self):
@@ -72,6 +107,12 @@ class UnitState(object):
         """The main process ended: failed, inactive, or waiting for Restart= (auto-restart)."""
         return self.active_state in ("failed", "inactive") or self.sub_state.startswith("auto-restart")
 
+    def how_it_ended(self):
+        """'code=killed, status=9/KILL, Result signal' (what systemd knows about the end)."""
+        parts = [self.exit] if self.exit else []
+        parts.append("Result %s" % (self.result or "?"))
+        return ", ".join(parts)
+
     def describe(self):
         return "%s/%s (InvocationID %s, MainPID %s, NRestarts %s, Result %s)" % (
             self.active_state or "?", self.sub_state or "?", self.invocation_id or "none",
@@ -86,6 +127,31 @@ class UnitState(object):
             "n_restarts": self.n_restarts,
             "control_group": self.control_group or None,
             "result": self.result,
+            "exit": self.exit,
+        }
+
+
+class EffectiveUnit(object):
+    """What systemd would run for the unit now: its fragment, drop-ins, ExecStart and environment."""
+
+    def __init__(self, props):
+        self.props = props
+        self.fragment_path = props.get("FragmentPath", "") or None
+        self.drop_in_paths = (props.get("DropInPaths", "") or "").split()
+        self.need_daemon_reload = props.get("NeedDaemonReload", "no") == "yes"
+        self.exec_start = parse_exec_start(props.get("ExecStart", ""))
+        self.environment = parse_environment(props.get("Environment", ""))
+        self.environment_files = parse_environment_files(props.get("EnvironmentFiles", ""))
+
+    def as_dict(self):
+        return {
+            "fragment_path": self.fragment_path,
+            "drop_in_paths": self.drop_in_paths,
+            "need_daemon_reload": self.need_daemon_reload,
+            # what is reported never carries a secret of the command line (--api-key K)
+            "exec_start": redact(self.exec_start[0]) if self.exec_start else [],
+            "environment": self.environment,
+            "environment_files": self.environment_files,
         }
 
 
@@ -107,9 +173,12 @@ class Systemd(object):
     def state(self):
         return UnitState(self._show(STATE_PROPERTIES))
 
+    def effective(self):
+        return EffectiveUnit(self._show(EFFECTIVE_PROPERTIES))
+
     def exec_start(self):
         """The ExecStart= command lines of the unit, each an argv list."""
-        return parse_exec_start(self._show(("ExecStart",)).get("ExecStart", ""))
+        return self.effective().exec_start
 
 
 def parse_exec_start(value):
@@ -119,6 +188,45 @@ def parse_exec_start(value):
     flag names and numbers never contain spaces.
     """
     return [match.split() for match in _ARGV_RE.findall(value or "")]
+
+
+def _unquote_words(text):
+    """systemctl's space-separated list, where a word with spaces is double-quoted C-style."""
+    words, current, quoted, escaped, started = [], [], False, False, False
+    for char in text or "":
+        if escaped:
+            current.append({"n": "\n", "t": "\t"}.get(char, char))
+            escaped = False
+        elif char == "\\":
+            escaped = started = True
+        elif char == '"':
+            quoted = not quoted
+            started = True
+        elif char.isspace() and not quoted:
+            if started:
+                words.append("".join(current))
+            current, started = [], False
+        else:
+            current.append(char)
+            started = True
+    if started:
+        words.append("".join(current))
+    return words
+
+
+def parse_environment(value):
+    """``Environment=A=1 "B=two words"`` -> {"A": "1", "B": "two words"} (later wins)."""
+    env = {}
+    for word in _unquote_words(value):
+        if "=" in word:
+            key, val = word.split("=", 1)
+            env[key] = val
+    return env
+
+
+def parse_environment_files(value):
+    """``EnvironmentFiles=/etc/x.env (ignore_errors=no)`` (one per line or space-run) -> paths."""
+    return [word for word in _unquote_words(value) if word.startswith("/")]
 
 
 def flag_value(argv, flag):

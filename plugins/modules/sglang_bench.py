@@ -159,13 +159,9 @@ errors:
   sample: ["HTTP 503 "]
 """
 
-import json
 import time
 
-from urllib.error import HTTPError, URLError
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.urls import open_url
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._bench import (
     generate_payload,
@@ -173,33 +169,21 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._bench import (
     sample_from_response,
     summarize,
 )
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import HttpClient
 
 
-def make_sender(params):
-    """A send(prompt) -> Sample over open_url, one connection per request."""
-    url = params["url"].rstrip("/") + "/generate"
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if params.get("api_key"):
-        headers["Authorization"] = "Bearer %s" % params["api_key"]
+def make_sender(params, client=None):
+    """A send(prompt) -> Sample over the collection's HTTP client (open_url), one request each."""
+    client = client or HttpClient(params["url"], params.get("api_key"), params["validate_certs"])
 
     def send(prompt):
-        data = json.dumps(generate_payload(prompt, params["max_new_tokens"], params["temperature"]))
+        payload = generate_payload(prompt, params["max_new_tokens"], params["temperature"])
         started = time.monotonic()
-        try:
-            resp = open_url(url, data=data, headers=headers, method="POST", timeout=params["timeout"],
-                            validate_certs=params["validate_certs"], follow_redirects="none")
-            body = resp.read()
-            return sample_from_response(resp.getcode(), body.decode("utf-8", "replace"), time.monotonic() - started)
-        except HTTPError as exc:
-            try:
-                body = exc.read().decode("utf-8", "replace")
-            except Exception:  # pylint: disable=broad-except
-                body = ""
-            return sample_from_response(exc.code, body, time.monotonic() - started)
-        except URLError as exc:
-            return sample_from_response(None, None, time.monotonic() - started, error=str(exc.reason))
-        except Exception as exc:  # pylint: disable=broad-except
-            return sample_from_response(None, None, time.monotonic() - started, error="%s: %s" % (type(exc).__name__, exc))
+        resp = client.post("/generate", payload, params["timeout"])
+        elapsed = time.monotonic() - started
+        if resp.status is None:
+            return sample_from_response(None, None, elapsed, error=resp.describe())
+        return sample_from_response(resp.status, resp.body, elapsed)
 
     return send
 

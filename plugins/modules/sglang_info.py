@@ -20,28 +20,23 @@ author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - gpufleet.inference.attributes
   - gpufleet.inference.server
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpufleet.inference.unit
 options:
-  unit:
+  probe_server:
     description:
-      - The systemd unit running SGLang.
-    type: str
-    default: sglang.service
+      - Ask the server for C(/server_info). V(false) reads only systemd and the journal (a snapshot before a restart).
+    type: bool
+    default: true
   timeout:
     description:
       - Seconds the C(/server_info) request may take.
     type: float
     default: 10
 notes:
-  - The config line is found with C(journalctl _SYSTEMD_INVOCATION_ID=<id> --grep ...), so the unit's older
-    invocations are never read.
+  - The config line comes from the receipt of the current invocation's verification, else from
+    C(journalctl _SYSTEMD_INVOCATION_ID=<id> --grep ...), so the unit's older invocations are never read.
 seealso:
   - module: gpufleet.inference.sglang_ready
 """
@@ -116,6 +111,11 @@ config:
   type: dict
   sample: {"attention_backend": "flashinfer", "model": "DFlashDraftModel", "block_size": 16,
            "draft_window_size": 2048, "compact_cache": true}
+config_source:
+  description: Where RV(config) comes from - V(receipt), V(journal), or null.
+  returned: always
+  type: str
+  sample: journal
 config_line:
   description: The config line as logged by the current invocation, or null.
   returned: always
@@ -137,104 +137,63 @@ server_info_error:
   sample: connection refused
 """
 
-import shutil
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
-from ansible_collections.gpufleet.inference.plugins.module_utils._journal import InvocationJournal, JournalError
-from ansible_collections.gpufleet.inference.plugins.module_utils._probe import HttpClient, server_info_subset
-from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import Systemd, SystemdError
+from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
+from ansible_collections.gpufleet.inference.plugins.module_utils._probe import server_info_subset
+from ansible_collections.gpufleet.inference.plugins.module_utils._process import redact, redact_text
+from ansible_collections.gpufleet.inference.plugins.module_utils._startup import look_back
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import SystemdError
 
-COMMAND_ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "SYSTEMD_LESS": ""}
-TAIL_LINES = 2000
+ARGUMENT_SPEC = _argspec.merged(
+    _argspec.SERVER, _argspec.UNIT,
+    probe_server=dict(type="bool", default=True),
+    timeout=dict(type="float", default=10),
+)
 
 
-class SGLangInfo(object):
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-
-    def _run(self, argv):
-        return self.module.run_command(argv, environ_update=COMMAND_ENV)
-
-    def _bin(self, name):
-        return self.module.get_bin_path(name) or shutil.which(name) or name
-
-    def config_line(self, invocation_id):
-        """The rank-0 config line of this invocation only: grep it, else look at its newest entries."""
-        journal = InvocationJournal(self._run, invocation_id, journalctl=self._bin("journalctl"))
-        try:
-            lines = journal.grep(cfg.GREP_PATTERN)
-            if lines is None:
-                lines = journal.tail(TAIL_LINES)
-        except JournalError as exc:
-            self.module.warn("could not read the journal of invocation %s: %s" % (invocation_id, exc))
-            return None
-        return cfg.find_config_line(lines)
-
-    def server_info(self):
-        client = HttpClient(self.params["url"], self.params["api_key"], self.params["validate_certs"])
-        resp = client.server_info(self.params["timeout"])
+def run(module, host=None):
+    params = module.params
+    host = host or Host(CommandRunner(module), params["unit"], params["url"], params["api_key"],
+                        params["validate_certs"], receipt_dir=params["receipt_dir"])
+    try:
+        state = host.state()
+    except SystemdError as exc:
+        module.fail_json(msg="could not read the state of %s: %s" % (params["unit"], exc))
+    result = dict(changed=False, exists=state.exists, invocation_id=state.invocation_id or None,
+                  active_state=state.active_state, sub_state=state.sub_state, main_pid=state.main_pid,
+                  n_restarts=state.n_restarts, control_group=state.control_group or None,
+                  unit_file_state=state.unit_file_state, exec_start=[], config=None, config_line=None,
+                  config_source=None, server_info=None)
+    if not state.exists:
+        module.exit_json(**result)
+    try:
+        effective = host.effective()
+        result["exec_start"] = redact(effective.exec_start[0]) if effective.exec_start else []
+    except SystemdError as exc:
+        module.warn("could not read ExecStart of %s: %s" % (params["unit"], exc))
+    if state.invocation_id:
+        log, receipt, dummy, note = look_back(host, state.invocation_id)
+        if note:
+            module.warn(note)
+        lines = (receipt.get("config_lines") or []) if receipt is not None else log.config_lines
+        if lines:
+            result.update(config=lines[-1]["values"], config_line=redact_text(lines[-1]["line"]),
+                          config_source="receipt" if receipt is not None else "journal")
+    if params["probe_server"]:
+        resp = host.server_info(params["timeout"])
         data = resp.json() if resp.kind == "http" and resp.status == 200 else None
-        if not isinstance(data, dict):
-            return None, resp.describe()
-        return server_info_subset(data), None
-
-    def run(self):
-        systemd = Systemd(self._run, self.params["unit"], self._bin("systemctl"))
-        try:
-            state = systemd.state()
-        except SystemdError as exc:
-            self.module.fail_json(msg="could not read the state of %s: %s" % (self.params["unit"], exc))
-        result = dict(
-            changed=False,
-            exists=state.exists,
-            invocation_id=state.invocation_id or None,
-            active_state=state.active_state,
-            sub_state=state.sub_state,
-            main_pid=state.main_pid,
-            n_restarts=state.n_restarts,
-            control_group=state.control_group or None,
-            unit_file_state=state.unit_file_state,
-            exec_start=[],
-            config=None,
-            config_line=None,
-            server_info=None,
-        )
-        if not state.exists:
-            self.module.exit_json(**result)
-        try:
-            exec_start = systemd.exec_start()
-        except SystemdError as exc:
-            self.module.warn("could not read ExecStart of %s: %s" % (self.params["unit"], exc))
-            exec_start = []
-        result["exec_start"] = exec_start[0] if exec_start else []
-        if state.invocation_id:
-            found = self.config_line(state.invocation_id)
-            if found is not None:
-                result["config"] = found["values"]
-                result["config_line"] = found["line"]
-        info, error = self.server_info()
-        result["server_info"] = info
-        if error:
-            result["server_info_error"] = error
-        self.module.exit_json(**result)
+        if isinstance(data, dict):
+            result["server_info"] = server_info_subset(data)
+        else:
+            result["server_info_error"] = resp.describe()
+    module.exit_json(**result)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type="str", default="sglang.service"),
-            url=dict(type="str", default="http://127.0.0.1:30000"),
-            api_key=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="float", default=10),
-        ),
-        supports_check_mode=True,
-    )
-    SGLangInfo(module).run()
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run(module)
 
 
 if __name__ == "__main__":

@@ -7,66 +7,51 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_ready
-short_description: Wait until the new process of an SGLang systemd unit serves the intended settings
+short_description: Wait until the new process of an SGLang systemd unit serves the intended settings, and prove it
 version_added: 0.1.0
 description:
   - Blocks until the B(new) process of an SGLang systemd unit has logged its config line and answers C(/generate),
-    and fails as soon as that process disagrees with the intended settings.
+    stays up for O(min_ready_seconds), and fails as soon as that process disagrees with the intended settings.
   - The new process is identified by systemd's C(InvocationID) only, never by time or by grepping the unit's log.
-  - Only journal entries of that invocation (C(_SYSTEMD_INVOCATION_ID=)) are read, incrementally with a cursor, so
-    the cost of a poll never grows with the journal.
-  - Fails fast when the invocation dies or systemd restarts it (crash loop), when a process outside the unit
-    answers on the port, when the config line is missing once C(/generate) answers, and on timeout with the
-    last phase and the last journal line seen.
-  - When journald's rate limiting dropped the config line (C(Suppressed N messages from UNIT)), the settings are
-    compared with C(/server_info) instead and RV(source) says so.
-  - Only observes; never changes anything (C(changed) is always false).
+  - Only journal entries of that invocation are read, followed as they arrive (C(journalctl --follow) on
+    C(_SYSTEMD_INVOCATION_ID=)), so readiness is seen within a tick and the cost never grows with the journal.
+  - "What counts as evidence: the config line(s) the invocation logged, or the receipt written when that same
+    invocation was verified; its real command line (C(/proc/MAINPID/cmdline)) and environment. C(/server_info)
+    only echoes the parsed arguments and never counts. Without evidence the verdict is V(unverified), never V(pass)."
+  - Fails fast when the invocation dies or systemd restarts it (crash loop), when something else restarts the unit,
+    when a process outside the unit answers on the port, and on timeout with the last phase and journal line seen.
+  - On V(pass) it writes a receipt (O(receipt_dir)); that is its only change to the host.
+  - An action plugin of the same name drives the module in slices of O(slice_seconds), prints per-host progress
+    (invocation, weight shards, KV cache, CUDA graphs, config line, port, C(/generate), settle) and retries a slice
+    lost to a broken SSH connection for up to O(connection_retry_seconds). With O(slice_seconds=0) one module call
+    does the whole wait.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+  - gpufleet.inference.attributes
   - gpufleet.inference.server
+  - gpufleet.inference.unit
+  - gpufleet.inference.intent
   - gpufleet.inference.wait
-attributes:
-  check_mode:
-    support: full
-    details:
-      - With O(after_invocation) nothing was restarted in check mode, so the module returns at once without waiting.
-      - Without O(after_invocation) it verifies the running invocation, which is read-only anyway.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpufleet.inference.probe
 options:
-  unit:
-    description:
-      - The systemd unit running SGLang.
-    type: str
-    default: sglang.service
   after_invocation:
     description:
       - The unit's C(InvocationID) snapshotted before the restart (for example RV(gpufleet.inference.sglang_info#module:invocation_id)).
-      - When given, only a B(different) invocation counts; the old process is never probed.
-      - When omitted, the current invocation is verified (drift check).
+      - When given, only a B(different) invocation counts; the old process is never probed. In check mode nothing was
+        restarted, so the module returns at once (V(check_mode)).
+      - When omitted, the current invocation is verified (no restart).
     type: str
-  expect:
+  min_ready_seconds:
     description:
-      - "Intended values of keys of the config line, for example C({draft_window_size: 2048, compact_cache: true, block_size: 16})."
-      - Values are compared with coercion, since Jinja renders them as strings; C("2048") equals C(2048),
-        C("None") and C(null) equal C(None), C("true") equals C(True).
-      - Every key is compared; when empty, only readiness is checked.
-    type: dict
-    default: {}
-  prompt:
-    description:
-      - Prompt of the C(/generate) probe (greedy decoding).
-    type: str
-    default: The capital of France is
-  max_new_tokens:
-    description:
-      - C(max_new_tokens) of the C(/generate) probe.
-    type: int
-    default: 8
+      - After the first good C(/generate), keep watching this many seconds (like Kubernetes' C(minReadySeconds)) - same
+        invocation, no restart by systemd, main process alive, C(/generate) still answering at the end - before passing.
+      - A running invocation that a receipt shows verified at least this long ago passes without waiting again.
+      - V(0) passes at the first good answer.
+    type: float
+    default: 10
   crash_loop_restarts:
     description:
       - How many restarts by systemd (C(Restart=)) of the new process to tolerate before failing.
@@ -75,28 +60,62 @@ options:
     default: 0
   journal_grace:
     description:
-      - When C(/generate) answers but the journal of the invocation has no config line, how many
-        seconds to keep looking for journald's C(Suppressed N messages) notice before failing.
-      - journald writes that notice only after its rate-limit interval (C(RateLimitIntervalSec=),
-        30 seconds by default) has passed and the unit logs again (the module's C(/generate) probe
-        makes it log); set this a few seconds above that interval. With a notice, C(/server_info)
-        stands in for the lost config line. V(0) fails at once.
+      - When C(/generate) answers but the invocation's journal has no config line and nothing SGLang logs after it
+        has arrived yet, how many seconds to wait for such a line (or journald's C(Suppressed N messages) notice)
+        before the verdict V(unverified).
     type: float
     default: 35
-  verify_listener:
+  accept_unverified:
     description:
-      - Check that the process listening on the host and port of O(url) belongs to the unit's cgroup
-        (and is the invocation's main process or one of its children).
-      - Reads C(/proc/net/tcp), C(/proc/net/tcp6) and C(/proc/*/fd), so it needs root to see the unit's processes.
-      - A listener whose owner is not visible in this host's C(/proc) (another container sharing the network
-        namespace, or the machine) counts as outside the unit.
+      - Accept an invocation that serves but whose config line was lost (rate limit, retention) with no receipt -
+        pass with a warning and RV(verified=false) instead of failing with V(unverified).
+    type: bool
+    default: false
+  write_receipt:
+    description:
+      - Write a receipt on pass (not in check mode).
     type: bool
     default: true
+  slice_seconds:
+    description:
+      - Used by the action plugin - one module call waits at most this long and returns its state
+        (RV(verdict=waiting)), which the plugin hands to the next call. V(0) - the whole wait in one call.
+    type: float
+    default: 10
+  progress:
+    description:
+      - Whether the action plugin prints progress lines (at most one per host every few seconds, plus one per phase).
+    type: bool
+    default: true
+  connection_retry_seconds:
+    description:
+      - How long the action plugin keeps retrying slices lost to the connection (SSH dropped or timed out) before the
+        task fails with the verdict V(connection_lost). The wait goes on from its state; no verdict is lost.
+    type: float
+    default: 120
+  resume:
+    description:
+      - Internal - the state returned by the previous slice (RV(state)). Set by the action plugin.
+    type: dict
 notes:
   - Needs C(systemctl) and C(journalctl) on the managed host; no Python libraries beyond Ansible's own.
   - Reading other units' journal entries and C(/proc/*/fd) needs privileges; run the task with C(become=true).
+attributes:
+  action:
+    support: full
+    details:
+      - The action plugin only loops over the module; all checks run on the managed host.
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    details:
+      - With O(after_invocation) nothing was restarted in check mode, so the module returns at once without waiting.
+      - Without O(after_invocation) it verifies the running invocation, which is read-only, and writes no receipt.
 seealso:
   - module: gpufleet.inference.sglang_info
+  - module: gpufleet.inference.sglang_drift
 """
 
 EXAMPLES = r"""
@@ -122,10 +141,10 @@ EXAMPLES = r"""
       block_size: 16
     timeout: 1200
 
-- name: Drift check of the running process (no restart)
+- name: A server meant to run without speculative decoding
   gpufleet.inference.sglang_ready:
     unit: sglang.service
-    expect: "{{ sglang_expect }}"
+    config_line: absent
     timeout: 60
 """
 
@@ -133,49 +152,69 @@ RETURN = r"""
 verdict:
   description:
     - How the wait ended; V(pass) on success, V(check_mode) when skipped in check mode, otherwise one of
-      V(mismatch), V(died), V(crash_loop), V(timeout), V(foreign_listener), V(missing_config_line),
-      V(unauthorized), V(not_active), V(not_found).
+      V(mismatch), V(died), V(crash_loop), V(replaced), V(unstable) (stopped answering while settling), V(timeout),
+      V(foreign_listener), V(missing_config_line), V(unverified), V(unauthorized), V(not_active), V(not_found),
+      V(connection_lost) (action plugin).
+    - V(waiting) only when the module is called with O(slice_seconds) and its slice ended first.
   returned: always
   type: str
   sample: pass
+verified:
+  description: Whether the verdict rests on evidence (config line in the journal, or a receipt) - false only with O(accept_unverified).
+  returned: always
+  type: bool
 invocation_id:
   description: The InvocationID of the process that was checked.
   returned: always
   type: str
   sample: 0b5a3c2d9e4f4c7a8b1d2e3f4a5b6c7d
 main_pid:
-  description: The unit's MainPID at the last poll.
+  description: The invocation's main PID.
   returned: always
   type: int
   sample: 4242
 unit_state:
-  description: The unit's state at the last poll.
+  description: The unit's state at the last look, with C(exit) (how the main process ended, systemd's words).
   returned: always
   type: dict
   sample: {"invocation_id": "0b5a3c2d9e4f4c7a8b1d2e3f4a5b6c7d", "active_state": "active", "sub_state": "running",
-           "main_pid": 4242, "n_restarts": 0, "control_group": "/system.slice/sglang.service", "result": "success"}
+           "main_pid": 4242, "n_restarts": 0, "control_group": "/system.slice/sglang.service", "result": "success",
+           "exit": null}
 expected:
   description: O(expect) with its values coerced (what was compared).
   returned: always
   type: dict
   sample: {"draft_window_size": 2048, "compact_cache": true, "block_size": 16}
+config_line_mode:
+  description: The effective O(config_line).
+  returned: always
+  type: str
+  sample: required
 observed:
-  description: The key/value pairs of the config line (or those derived from C(/server_info), see RV(source)).
+  description: The key/value pairs of the (last) config line, from the journal or the receipt (see RV(source)).
   returned: always
   type: dict
   sample: {"attention_backend": "flashinfer", "model": "DFlashDraftModel", "block_size": 16,
            "draft_window_size": 2048, "compact_cache": true}
 config_line:
-  description: The config line as logged by the checked invocation.
+  description: The (last) config line as logged by the checked invocation.
   returned: always
   type: str
-  sample: "[2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner. attention_backend=flashinfer, model=DFlashDraftModel,
-    block_size=16, draft_window_size=2048, compact_cache=True"
+config_lines:
+  description: Every rank-0 config line of the invocation, in order.
+  returned: always
+  type: list
+  elements: str
 source:
-  description: Where RV(observed) comes from; V(journal), or V(server_info) when journald dropped the config line.
+  description: Where the evidence comes from - V(journal), V(receipt), or null when there is none.
   returned: always
   type: str
   sample: journal
+launched:
+  description: What was checked about the running process - C(command_checked), C(environment_checked), its
+    C(command) (secrets masked) and the unit's C(drop_in_paths).
+  returned: always
+  type: dict
 elapsed:
   description: Seconds spent waiting (monotonic clock).
   returned: always
@@ -183,21 +222,20 @@ elapsed:
   sample: 312.4
 phases:
   description:
-    - When each phase was reached, as C(elapsed) seconds since the module started and C(at) (UTC).
+    - When each phase was reached, as C(elapsed) seconds since the wait started and C(at) (UTC).
     - Keys are V(new_invocation) (or V(invocation) without O(after_invocation)), V(config_line), V(port_open) and
       V(generate) (the first good C(/generate)).
   returned: always
   type: dict
-  sample: {"new_invocation": {"elapsed": 0.01, "at": "2026-11-29T10:00:00Z", "invocation_id": "0b5a3c2d",
-           "process_start": "Sun 2026-11-29 09:59:58 UTC", "main_pid": 4242},
-           "config_line": {"elapsed": 290.2, "at": "2026-11-29T10:04:50Z", "logged_at": "2026-11-29 10:04:49"},
-           "port_open": {"elapsed": 305.0, "at": "2026-11-29T10:05:05Z"},
-           "generate": {"elapsed": 305.3, "at": "2026-11-29T10:05:05Z"}}
 phase:
   description: The last phase reached, in words.
   returned: always
   type: str
-  sample: "config line agrees; waiting for /generate"
+events:
+  description: Progress events of the wait (elapsed, phase, text), as the action plugin printed them.
+  returned: always
+  type: list
+  elements: dict
 generate:
   description: The first good C(/generate) answer, with a text excerpt and its C(meta_info).
   returned: when /generate answered
@@ -208,124 +246,109 @@ listener:
   description: Who owns the socket listening on the host and port of O(url) (O(verify_listener)).
   returned: when the port was open
   type: dict
-  sample: {"verdict": "inside", "message": "127.0.0.1:30000 is served by pid 4242 in /system.slice/sglang.service",
-           "owners": [{"pid": 4242, "comm": "python3", "cgroup": "/system.slice/sglang.service", "inode": "123456"}]}
 journal_tail:
-  description: The last journal lines of the invocation that died.
+  description: The last journal lines of the invocation that ended (secrets masked).
   returned: when the invocation died or crash-looped
   type: list
   elements: str
 suppression:
-  description: journald's rate-limit notices for the invocation, when the config line was missing.
+  description: journald's rate-limit notices for the invocation, when the config line was lost to them.
   returned: when journald suppressed messages of the invocation
   type: dict
-  sample: {"messages_dropped": 12345, "notices": ["Suppressed 12345 messages from sglang.service"]}
+receipt:
+  description: The receipt written on pass, or null.
+  returned: always
+  type: str
+  sample: /var/lib/gpufleet-inference/receipts/sglang.service.json
 notes:
-  description: Things worth knowing about how the result was reached (fallbacks, tolerated restarts).
+  description: Things worth knowing about how the result was reached (tolerated restarts, unverified acceptance).
   returned: always
   type: list
   elements: str
+state:
+  description: The state of the wait, for the next slice.
+  returned: when RV(verdict=waiting)
+  type: dict
 """
-
-import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import flags_for_key
-from ansible_collections.gpufleet.inference.plugins.module_utils._journal import InvocationJournal, suppressed_notices
-from ansible_collections.gpufleet.inference.plugins.module_utils._probe import HttpClient, listener_provenance, url_host_port
-from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import Systemd
-from ansible_collections.gpufleet.inference.plugins.module_utils._wait import CHECK_MODE, Waiter
+from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
+from ansible_collections.gpufleet.inference.plugins.module_utils._wait import (
+    CHECK_MODE,
+    WAITING,
+    Intent,
+    Policy,
+    Waiter,
+)
 
-COMMAND_ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "SYSTEMD_LESS": ""}
+ARGUMENT_SPEC = _argspec.merged(
+    _argspec.SERVER, _argspec.UNIT, _argspec.INTENT, _argspec.WAIT, _argspec.PROBE,
+    after_invocation=dict(type="str"),
+    min_ready_seconds=dict(type="float", default=10),
+    crash_loop_restarts=dict(type="int", default=0),
+    journal_grace=dict(type="float", default=35),
+    accept_unverified=dict(type="bool", default=False),
+    write_receipt=dict(type="bool", default=True),
+    slice_seconds=dict(type="float", default=10),
+    progress=dict(type="bool", default=True),
+    connection_retry_seconds=dict(type="float", default=120),
+    resume=dict(type="dict"),
+)
 
 
-def command_runner(module):
-    """run(argv) -> (rc, out, err) with a stable locale and no pager or colours."""
-    def run(argv):
-        return module.run_command(argv, environ_update=COMMAND_ENV)
-    return run
+def check_numbers(params):
+    """The first invalid number, as a message (None when all are valid)."""
+    for name in ("timeout", "poll_interval", "request_timeout"):
+        if params[name] <= 0:
+            return "%s must be greater than 0, got %s" % (name, params[name])
+    for name in ("min_ready_seconds", "journal_grace", "slice_seconds", "crash_loop_restarts"):
+        if params[name] < 0:
+            return "%s must be 0 or more, got %s" % (name, params[name])
+    return None
 
 
-def binary(module, name):
-    return module.get_bin_path(name) or shutil.which(name) or name
+def build_waiter(module, host=None):
+    params = module.params
+    host = host or Host(CommandRunner(module), params["unit"], params["url"], params["api_key"],
+                        params["validate_certs"], params["prompt"], params["max_new_tokens"],
+                        params["verify_listener"], params["receipt_dir"])
+    intent = Intent(params["expect"], params["config_line"], params["command"], params["environment"])
+    policy = Policy(timeout=params["timeout"], min_ready_seconds=params["min_ready_seconds"],
+                    tick=params["poll_interval"], request_timeout=params["request_timeout"],
+                    crash_loop_restarts=params["crash_loop_restarts"], journal_grace=params["journal_grace"],
+                    accept_unverified=params["accept_unverified"],
+                    write_receipt=params["write_receipt"] and not module.check_mode)
+    return Waiter(host, params["unit"], intent, policy, params["after_invocation"], resume=params["resume"])
 
 
-class SGLangReady(object):
-
-    def __init__(self, module):
-        self.module = module
-        self.params = module.params
-
-    def waiter(self):
-        params = self.params
-        run = command_runner(self.module)
-        unit = params["unit"]
-        journalctl = binary(self.module, "journalctl")
-        host, port = url_host_port(params["url"])
-        provenance = None
-        if params["verify_listener"]:
-            def provenance(control_group, main_pid):
-                return listener_provenance(host, port, control_group, unit, main_pid=main_pid)
-        return Waiter(
-            systemd=Systemd(run, unit, binary(self.module, "systemctl")),
-            journal_factory=lambda invocation_id: InvocationJournal(run, invocation_id, journalctl=journalctl),
-            http=HttpClient(params["url"], params["api_key"], params["validate_certs"]),
-            unit=unit,
-            after_invocation=params["after_invocation"],
-            expect=params["expect"],
-            timeout=params["timeout"],
-            poll_interval=params["poll_interval"],
-            request_timeout=params["request_timeout"],
-            max_new_tokens=params["max_new_tokens"],
-            prompt=params["prompt"],
-            crash_loop_restarts=params["crash_loop_restarts"],
-            journal_grace=params["journal_grace"],
-            provenance=provenance,
-            suppressed=lambda invocation_id, since: suppressed_notices(run, unit, invocation_id, since, journalctl),
-            flags_for_key=flags_for_key,
-            check_mode=self.module.check_mode,
-        )
-
-    def run(self):
-        for name in ("timeout", "poll_interval", "request_timeout"):
-            if self.params[name] <= 0:
-                self.module.fail_json(msg="%s must be greater than 0, got %s" % (name, self.params[name]))
-        waiter = self.waiter()
-        outcome = waiter.run()
-        result = waiter.result()
-        result.update(changed=False, verdict=outcome.verdict, msg=outcome.msg)
-        if outcome.verdict == CHECK_MODE:
-            result["skipped"] = True
-        for note in waiter.notes:
-            if "server_info" in note:
-                self.module.warn(note)
-        if not outcome.ok:
-            self.module.fail_json(**result)
-        self.module.exit_json(**result)
+def run(module, host=None):
+    params = module.params
+    problem = check_numbers(params)
+    if problem:
+        module.fail_json(msg=problem)
+    if module.check_mode and params["after_invocation"]:
+        module.exit_json(changed=False, skipped=True, verdict=CHECK_MODE, verified=False,
+                         msg="check mode: nothing was restarted, so there is no new invocation of %s to wait for"
+                         % params["unit"])
+    waiter = build_waiter(module, host)
+    outcome = waiter.run(params["slice_seconds"] or None)
+    result = waiter.result()
+    result.update(changed=bool(result["receipt"]), verdict=outcome.verdict, msg=outcome.msg)
+    if outcome.verdict == WAITING:
+        result["state"] = waiter.to_state()
+        module.exit_json(**result)
+    if not result["verified"] and outcome.ok:
+        module.warn(outcome.msg)
+    if not outcome.ok:
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            unit=dict(type="str", default="sglang.service"),
-            after_invocation=dict(type="str"),
-            expect=dict(type="dict", default={}),
-            url=dict(type="str", default="http://127.0.0.1:30000"),
-            api_key=dict(type="str", no_log=True),
-            validate_certs=dict(type="bool", default=True),
-            timeout=dict(type="float", default=900),
-            poll_interval=dict(type="float", default=5),
-            request_timeout=dict(type="float", default=60),
-            prompt=dict(type="str", default="The capital of France is"),
-            max_new_tokens=dict(type="int", default=8, no_log=False),
-            crash_loop_restarts=dict(type="int", default=0),
-            journal_grace=dict(type="float", default=35),
-            verify_listener=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    SGLangReady(module).run()
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    run(module)
 
 
 if __name__ == "__main__":

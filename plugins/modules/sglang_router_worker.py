@@ -211,22 +211,22 @@ def run(params, check_mode, transport=None, clock=None, sleep=None):
     return result
 
 
+ARGUMENT_SPEC = dict(
+    router_url=dict(type="str", required=True),
+    worker_url=dict(type="str", required=True),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    api_key=dict(type="str", no_log=True),
+    worker_api_key=dict(type="str", no_log=True),
+    drain_timeout=dict(type="int", default=600),
+    wait_healthy=dict(type="bool", default=True),
+    timeout=dict(type="int", default=300),
+    request_timeout=dict(type="float", default=10),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            router_url=dict(type="str", required=True),
-            worker_url=dict(type="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
-            api_key=dict(type="str", no_log=True),
-            worker_api_key=dict(type="str", no_log=True),
-            drain_timeout=dict(type="int", default=600),
-            wait_healthy=dict(type="bool", default=True),
-            timeout=dict(type="int", default=300),
-            request_timeout=dict(type="float", default=10),
-            validate_certs=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         result = run(module.params, module.check_mode)
     except RouterError as exc:

@@ -4,7 +4,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 GALAXY = Path(sys.executable).parent / "ansible-galaxy"
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
 
-SIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "sglang_sim"))
+SIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "sglang_sim"))
 
 
 def _router_cmd():

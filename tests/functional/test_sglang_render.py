@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Render roles/sglang/templates with the real filter through Ansible (no managed host).
 
-Asserts the exact ExecStart, that the API key stays out of the unit, and that
-`systemd-analyze verify` accepts the unit, run exactly as the role's `validate:` runs it.
+Asserts the exact ExecStart, that the API key stays out of the unit (and off the command line:
+it goes to the --config YAML file), and that `systemd-analyze verify` accepts the unit, run
+exactly as the role's `validate:` runs it.
 """
 import os
 import shlex
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang"
 KEY = "k26-api-key.XYZ"
 PYTHON = "/usr/bin/python3"  # an executable that exists, so systemd-analyze verify can pass
@@ -64,29 +65,31 @@ ExecStart="/usr/bin/python3" \\
     "0.85" \\
     "--trust-remote-code" \\
     "--enable-metrics" \\
-    "--api-key" \\
-    "${SGLANG_API_KEY}"
+    "--config" \\
+    "/etc/sglang/sglang.yaml"
 """
 
 
 def render(tmp_path, settings, check=False):
-    """Render the role's three templates into tmp_path/out with ansible-playbook."""
+    """Render the role's unit, config file and journald drop-in into tmp_path/out with ansible-playbook."""
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     (tmp_path / "settings.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
+    tasks = [{"name": "Render " + name,
+              "ansible.builtin.template": {"src": str(ROLE / "templates" / src), "dest": str(out / name),
+                                           "mode": "0600"}}
+             for src, name in (("sglang.service.j2", "sglang.service"),
+                               ("journald-ratelimit.conf.j2", "journald.conf"))]
+    tasks.append({"name": "Render the SGLang config file",
+                  "ansible.builtin.copy": {"content": "{{ __sglang_config_text }}", "dest": str(out / "sglang.yaml"),
+                                           "mode": "0600"}})
     play = [{
         "name": "Render the sglang role's templates",
         "hosts": "localhost",
         "gather_facts": False,
         "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml"),
                        str(tmp_path / "settings.yml")],
-        "tasks": [{
-            "name": "Render " + name,
-            "ansible.builtin.template": {"src": str(ROLE / "templates" / src),
-                                         "dest": str(out / name), "mode": "0600"},
-        } for src, name in (("sglang.service.j2", "sglang.service"),
-                            ("sglang.env.j2", "sglang.env"),
-                            ("journald-ratelimit.conf.j2", "journald.conf"))],
+        "tasks": tasks,
     }]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
     env = dict(os.environ, ANSIBLE_NOCOLOR="1")
@@ -120,16 +123,17 @@ def test_unit_sections(k26_render):
     assert unit.startswith("#\n# Ansible managed")
     for line in ("[Unit]", "After=network-online.target", "[Service]", "Type=simple",
                  "User=root", "Group=root", 'Environment="SGLANG_LOG_MS=1"',
-                 'Environment="NOTE=50%% $off"', "EnvironmentFile=/etc/sglang/sglang.env",
+                 'Environment="NOTE=50%% $off"',
                  "TimeoutStartSec=900", "TimeoutStopSec=900", "KillMode=control-group",
                  "Restart=on-failure", "RestartSec=10", "SyslogIdentifier=sglang",
                  "[Install]", "WantedBy=multi-user.target"):
         assert line in unit.splitlines(), line
 
 
-def test_api_key_only_in_the_environment_file(k26_render):
-    assert KEY not in (k26_render / "sglang.service").read_text()
-    assert "SGLANG_API_KEY=%s\n" % KEY in (k26_render / "sglang.env").read_text()
+def test_api_key_only_in_the_config_file(k26_render):
+    unit = (k26_render / "sglang.service").read_text()
+    assert KEY not in unit and "EnvironmentFile" not in unit
+    assert yaml.safe_load((k26_render / "sglang.yaml").read_text()) == {"api-key": KEY}
 
 
 def test_journald_dropin(k26_render):
@@ -139,9 +143,9 @@ def test_journald_dropin(k26_render):
 
 def role_validate_command():
     """The `validate:` of the role's unit task, as ansible.builtin.template runs it."""
-    tasks = yaml.safe_load((ROLE / "tasks" / "unit.yml").read_text())
+    tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
     (task,) = [t for t in tasks if t["name"] == "Install the SGLang unit"]
-    return task["ansible.builtin.template"]["validate"]
+    return task["ansible.builtin.copy"]["validate"]
 
 
 def run_validate(path, unit_name="sglang.service"):
@@ -183,6 +187,14 @@ def test_old_version_renders_old_flag(tmp_path):
     unit = (out / "sglang.service").read_text()
     assert '    "--speculative-dflash-draft-window-size" \\\n    "2048" \\\n' in unit
     assert '"--speculative-draft-window-size"' not in unit
+
+
+def test_api_key_with_quotes_and_dollars_is_yaml_safe(tmp_path):
+    key = "a'b\"c$d%e\\f"
+    result, out = render(tmp_path, dict(K26, sglang_api_key=key))
+    assert result.returncode == 0, result.stdout
+    assert yaml.safe_load((out / "sglang.yaml").read_text()) == {"api-key": key}
+    assert key not in result.stdout
 
 
 def test_check_mode_diff_predicts_without_writing(tmp_path):

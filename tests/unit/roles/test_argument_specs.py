@@ -36,3 +36,14 @@ def test_every_option_is_prefixed_and_required_ones_have_no_default():
 def test_secret_options_are_no_log():
     options = load("meta/argument_specs.yml")["argument_specs"]["main"]["options"]
     assert options["sglang_api_key"].get("no_log") is True
+
+
+def test_every_entry_point_has_a_spec_and_every_spec_a_task_file():
+    specs = set(load("meta/argument_specs.yml")["argument_specs"])
+    task_files = {p.stem for p in (ROLE / "tasks").glob("*.yml")}
+    assert specs <= task_files, specs - task_files
+    # task files that are not entry points are only imported by one (none today)
+    assert task_files - specs == set(), task_files - specs
+    options = load("meta/argument_specs.yml")["argument_specs"]
+    for name in specs:
+        assert options[name]["short_description"] and options[name]["options"], name

@@ -24,7 +24,55 @@ SETTINGS = {
 
 def test_exposed_filters():
     assert set(FILTERS) == {"sglang_validate", "sglang_args", "sglang_expect", "sglang_execstart",
-                            "systemd_quote", "systemd_environment"}
+                            "systemd_quote", "systemd_environment", "sglang_intent", "sglang_server_info",
+                            "sglang_endpoints", "sglang_config_path", "sglang_config_text",
+                            "sglang_verified_from_drift", "sglang_verification", "sglang_adopted_record",
+                            "sglang_revert_outcome"}
+
+
+def test_every_filter_has_its_documentation():
+    from pathlib import Path
+    docs = Path(sglang_filter.__file__).parent
+    from ansible_collections.gpufleet.inference.plugins.filter import sweep
+    for name in list(FILTERS) + list(sweep.FilterModule().filters()):
+        assert (docs / ("%s.yml" % name)).is_file(), name
+
+
+@pytest.mark.parametrize("version", ["0.5.11", "0.5.23"])
+def test_intent_and_server_info_come_from_the_one_builder(version):
+    intent = FILTERS["sglang_intent"](SETTINGS, version)
+    assert intent == _args.build_intent(SETTINGS, version)
+    assert intent["config_line"] == "required" and intent["command"][-2:] == ["--config", "/etc/sglang/sglang.yaml"]
+    assert FILTERS["sglang_server_info"](SETTINGS, version) == _args.intended_server_info(SETTINGS, version)
+    bad = dict(SETTINGS, sglang_speculative_draft_window_size=8)
+    with pytest.raises(AnsibleFilterError, match="sglang_speculative_draft_window_size"):
+        FILTERS["sglang_intent"](bad, version)
+
+
+@pytest.mark.parametrize("host,address,url,worker_url", [
+    ("0.0.0.0", "10.0.0.5", "http://127.0.0.1:30000", "http://10.0.0.5:30000"),
+    ("::", "10.0.0.5", "http://[::1]:30000", "http://10.0.0.5:30000"),
+    ("fd00::5", "10.0.0.5", "http://[fd00::5]:30000", "http://[fd00::5]:30000"),
+    ("gpu-1.example.internal", "10.0.0.5", "http://gpu-1.example.internal:30000",
+     "http://gpu-1.example.internal:30000"),
+    ("127.0.1.11", None, "http://127.0.1.11:30000", "http://127.0.1.11:30000"),
+    ("", "10.0.0.5", "http://127.0.0.1:30000", "http://127.0.0.1:30000"),  # SGLang's default bind
+])
+def test_endpoints_filter(host, address, url, worker_url):
+    assert FILTERS["sglang_endpoints"](host, 30000, address) == {"url": url, "worker_url": worker_url}
+
+
+def test_endpoints_filter_tls_and_errors():
+    assert FILTERS["sglang_endpoints"]("h", "443", None, {"--ssl-certfile": "/c.pem"})["url"] == "https://h:443"
+    with pytest.raises(AnsibleFilterError, match="sglang_endpoints"):
+        FILTERS["sglang_endpoints"]("h", "not-a-port")
+
+
+def test_config_filters_hold_the_key_only_where_it_belongs():
+    import yaml
+    assert FILTERS["sglang_config_path"](dict(SETTINGS, sglang_unit_name="llm.service")) == "/etc/sglang/llm.yaml"
+    assert FILTERS["sglang_config_path"](dict(SETTINGS, sglang_config_file="/srv/k.yaml")) == "/srv/k.yaml"
+    assert yaml.safe_load(FILTERS["sglang_config_text"](SETTINGS)) == {"api-key": "k3y"}
 
 
 @pytest.mark.parametrize("version", ["0.5.11", "0.5.12", "0.5.19", "0.5.23"])

@@ -198,7 +198,9 @@ def test_expect_other_algorithms_is_empty(algorithm):
     ({"sglang_python": "python3"}, "sglang_python must be an absolute path"),
     ({"sglang_python": "/opt/my venv/bin/python"}, "sglang_python must be an absolute path"),
     ({"sglang_python": "/opt/$HOME/python"}, "sglang_python must be an absolute path"),
-    ({"sglang_env_file": "/etc/sglang/a b.env"}, "sglang_env_file must be an absolute path"),
+    ({"sglang_config_file": "/etc/sglang/a b.yaml"}, "sglang_config_file must be an absolute path"),
+    ({"sglang_config_file": "sglang.yaml"}, "sglang_config_file must be an absolute path"),
+    ({"sglang_config_file": "/etc/%i.yaml"}, "sglang_config_file must be an absolute path"),
     ({"sglang_unit_name": "sglang"}, "sglang_unit_name must be a unit name ending in .service"),
     ({"sglang_user": "Bad User"}, "sglang_user must be a user/group name"),
     ({"sglang_group": "x;y"}, "sglang_group must be a user/group name"),
@@ -229,9 +231,15 @@ def test_expect_other_algorithms_is_empty(algorithm):
      "sglang_environment['SGLANG_API_KEY'] is reserved for the API key: set sglang_api_key"),
     ({"sglang_environment": {"A": "x\ny"}},
      "sglang_environment['A'] contains a newline or control character"),
-    ({"sglang_api_key": "has space"}, "sglang_api_key must be a string without whitespace"),
-    ({"sglang_api_key": "a$b"}, "sglang_api_key must be a string without whitespace"),
-    ({"sglang_api_key": 'a"b'}, "sglang_api_key must be a string without whitespace"),
+    ({"sglang_api_key": "two\nlines"}, "sglang_api_key must be a string without newlines or control characters"),
+    ({"sglang_api_key": "tab\there"}, "sglang_api_key must be a string without newlines or control characters"),
+    ({"sglang_api_key": "del\x7f"}, "sglang_api_key must be a string without newlines or control characters"),
+    ({"sglang_api_key": 12345}, "sglang_api_key must be a string without newlines or control characters"),
+    ({"sglang_api_key": "-starts-with-a-dash"}, "sglang_api_key must not start with '-'"),
+    ({"sglang_api_key": "--x"}, "sglang_api_key must not start with '-'"),
+    ({"sglang_speculative_algorithm": "FROZEN_KV_MTP", "sglang_speculative_draft_window_size": None,
+      "sglang_speculative_num_draft_tokens": None, "sglang_speculative_tree_budget": 8},
+     "sglang_speculative_tree_budget is a DDTREE setting; sglang_speculative_algorithm is FROZEN_KV_MTP"),
 ])
 def test_validation_names_the_variable(overrides, message):
     with pytest.raises(SettingsError) as caught:
@@ -242,11 +250,11 @@ def test_validation_names_the_variable(overrides, message):
         build_args(k26(**overrides), "0.5.23")
 
 
-def test_validation_never_echoes_the_api_key():
-    bad = "sec ret$"
+@pytest.mark.parametrize("bad", ["sec\nret$", "-sec ret"])
+def test_validation_never_echoes_the_api_key(bad):
     with pytest.raises(SettingsError) as caught:
         validate(k26(sglang_api_key=bad))
-    assert bad not in str(caught.value)
+    assert bad not in str(caught.value) and "sec" not in str(caught.value)
 
 
 def test_all_errors_reported_at_once():
@@ -323,17 +331,46 @@ def test_systemd_quote_env_keeps_dollar():
     assert _args.systemd_quote_env("A", '5$ 10% "x"\\') == '"A=5$ 10%% \\"x\\"\\\\"'
 
 
-def test_api_key_never_in_args_or_execstart():
-    settings = k26(sglang_api_key=KEY)
+@pytest.mark.parametrize("key", [KEY, 'with space, "quotes", $HOME, %i and \\'])
+def test_api_key_never_in_args_or_execstart_but_a_config_file(key):
+    settings = k26(sglang_api_key=key)
     for version in ("0.5.11", "0.5.12", "0.5.23"):
         args = build_args(settings, version)
-        assert KEY not in " ".join(args)
-        assert "--api-key" not in args
+        assert key not in " ".join(args) and "--api-key" not in args
+        assert args[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
         execstart = render_execstart(settings, version)
-        assert KEY not in execstart
-        assert execstart.endswith('"--api-key" \\\n    "${SGLANG_API_KEY}"')
-        # exactly one unescaped $ in the whole ExecStart
-        assert len(re.findall(r"(?<!\$)\$(?!\$)", execstart)) == 1
+        assert key not in execstart and "api-key" not in execstart and "SGLANG_API_KEY" not in execstart
+        assert execstart.endswith('"--config" \\\n    "/etc/sglang/sglang.yaml"')
+        # no unescaped $ at all: nothing in ExecStart is expanded by systemd any more
+        assert re.findall(r"(?<!\$)\$(?!\$)", execstart) == []
+        command = _args.build_command(settings, version)
+        assert key not in " ".join(command) and command[-1] == "/etc/sglang/sglang.yaml"
+        intent = _args.build_intent(settings, version)
+        assert key not in repr(intent)
+
+
+def test_config_file_path():
+    assert _args.config_file_path(k26()) == "/etc/sglang/sglang.yaml"
+    assert _args.config_file_path(k26(sglang_unit_name="sglang-b.service")) == "/etc/sglang/sglang-b.yaml"
+    assert _args.config_file_path(k26(sglang_unit_name="sglang@1.service")) == "/etc/sglang/sglang@1.yaml"
+    assert _args.config_file_path(k26(sglang_config_file="/srv/k.yaml")) == "/srv/k.yaml"
+    args = build_args(k26(sglang_api_key=KEY, sglang_config_file="/srv/k.yaml"), "0.5.23")
+    assert args[-2:] == ["--config", "/srv/k.yaml"]
+    assert "--config" not in build_args(k26(sglang_config_file="/srv/k.yaml"), "0.5.23")  # no key, no file
+
+
+@pytest.mark.parametrize("key", [KEY, 'quo"te', "back\\slash\\", "it's", "k: v # c", "- dash", "true", "123", "null",
+                                 "~", "${X}", "%p", "caf\u00e9", "\U0001f600-emoji", "a\u2028b\u0085c", "\\u00e9"])
+def test_config_file_text_reads_back_as_the_key(key):
+    import yaml  # what SGLang reads --config with (yaml.safe_load)
+    text = _args.config_file_text(k26(sglang_api_key=key))
+    assert text.startswith('api-key: "') and text.endswith('"\n') and text.count("\n") == 1
+    assert yaml.safe_load(text) == {"api-key": key}
+
+
+def test_config_file_text_without_a_key():
+    assert _args.config_file_text(k26()) == "{}\n"
+    assert _args.config_file_text(k26(sglang_api_key="")) == "{}\n"
 
 
 def test_execstart_without_api_key_has_no_key_reference():
@@ -350,3 +387,147 @@ def test_execstart_one_argument_per_line():
     assert lines[-1] == '    "50%% of $$HOME"'
     assert all(line.endswith(" \\") for line in lines[:-1])
     assert len(lines) == 3 + len(build_args(settings, "0.5.11"))
+
+
+# ----------------------------------------------------------------------- algorithms by version
+
+def plain(algorithm, **overrides):
+    """An algorithm without DFLASH's window/block settings."""
+    settings = dict(sglang_speculative_algorithm=algorithm, sglang_speculative_draft_window_size=None,
+                    sglang_speculative_num_draft_tokens=None)
+    settings.update(overrides)
+    return k26(**settings)
+
+
+def test_algorithms():
+    assert _args.ALGORITHMS == ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM",
+                                "FROZEN_KV_MTP", "DSPARK", "UNO", "DDTREE")
+
+
+@pytest.mark.parametrize("algorithm,first,before", [
+    ("DFLASH", "0.5.11", "0.5.10"),
+    ("FROZEN_KV_MTP", "0.5.12", "0.5.11"),
+    ("DSPARK", "0.5.16", "0.5.15"),
+    ("UNO", "0.5.20", "0.5.19.post1"),
+])
+def test_algorithm_version_floors(algorithm, first, before):
+    settings = k26() if algorithm == "DFLASH" else plain(algorithm)
+    args = build_args(settings, first)
+    assert flag_value(args, "--speculative-algorithm") == algorithm
+    assert validate(settings, first + "rc1") is True
+    with pytest.raises(SettingsError) as caught:
+        build_args(settings, before)
+    assert ("sglang_speculative_algorithm is %s but SGLang %s (sglang_version) has no %s: it arrived in %s"
+            % (algorithm, before, algorithm, first)) in str(caught.value)
+    # without a version only the version-independent checks run
+    assert validate(settings) is True
+
+
+def test_ddtree_is_not_version_checked():
+    # no public release has it: the host's own parser (preflight) judges it, whatever the version
+    settings = plain("DDTREE", sglang_speculative_tree_budget=64)
+    for version in ("0.5.10", "0.5.11", "0.5.23"):
+        assert flag_value(build_args(settings, version), "--speculative-algorithm") == "DDTREE"
+    assert "DDTREE" not in _args.ALGORITHM_SINCE and "DDTREE" in _args.CUSTOM_BUILD_ALGORITHMS
+
+
+@pytest.mark.parametrize("algorithm", ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP",
+                                       "DSPARK", "UNO"])
+def test_other_algorithms_build_without_expectations(algorithm):
+    settings = plain(algorithm, sglang_speculative_eagle_topk=4, sglang_speculative_num_steps=3)
+    args = build_args(settings, "0.5.23")
+    assert flag_value(args, "--speculative-eagle-topk") == "4" and flag_value(args, "--speculative-num-steps") == "3"
+    assert build_expect(settings, "0.5.23") == {}
+
+
+# ----------------------------------------------------------------------- intent
+
+def test_build_intent_for_dflash_requires_the_line():
+    settings = k26(sglang_environment={"NCCL_DEBUG": "WARN", "A": True}, sglang_api_key=KEY)
+    intent = _args.build_intent(settings, "0.5.23")
+    assert intent == {"expect": {"block_size": 16, "draft_window_size": 2048, "compact_cache": True},
+                      "config_line": "required", "command": _args.build_command(settings, "0.5.23"),
+                      "environment": {"NCCL_DEBUG": "WARN", "A": "1"}}
+    assert intent["command"][:3] == ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server"]
+
+
+def test_build_intent_for_ddtree_requires_the_line():
+    settings = plain("DDTREE", sglang_speculative_tree_budget=64, sglang_speculative_num_draft_tokens=8)
+    intent = _args.build_intent(settings, "0.5.23")
+    assert intent["config_line"] == "required" and intent["expect"] == {"block_size": 8, "tree_budget": 64}
+
+
+@pytest.mark.parametrize("algorithm", ["none", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP",
+                                       "DSPARK", "UNO"])
+def test_build_intent_off_and_other_algorithms_forbid_a_draft_runner_line(algorithm):
+    settings = plain(algorithm)
+    if algorithm == "none":
+        settings["sglang_speculative_draft_model_path"] = None
+    intent = _args.build_intent(settings, "0.5.23")
+    assert intent["config_line"] == "absent" and intent["expect"] == {} and intent["environment"] == {}
+
+
+def test_build_intent_refuses_what_build_args_refuses():
+    with pytest.raises(SettingsError, match="sglang_version is empty"):
+        _args.build_intent(k26(), None)
+    with pytest.raises(SettingsError, match="has no DFLASH"):
+        _args.build_intent(k26(), "0.5.10")
+
+
+# ----------------------------------------------------------------------- /server_info
+
+@pytest.mark.parametrize("version,window_key", [
+    ("0.5.11", "speculative_dflash_draft_window_size"),
+    ("0.5.11.post1", "speculative_dflash_draft_window_size"),
+    ("0.5.12", "speculative_draft_window_size"),
+    ("0.5.23", "speculative_draft_window_size"),
+])
+def test_intended_server_info_window_key_by_version(version, window_key):
+    info = _args.intended_server_info(k26(sglang_speculative_eagle_topk=1, sglang_speculative_num_steps=2), version)
+    assert info == {"model_path": "/models/Kimi-K2.6", "served_model_name": "kimi-k2.6", "tp_size": 8,
+                    "port": 30000, "host": "127.0.1.2", "speculative_algorithm": "DFLASH",
+                    "speculative_draft_model_path": "/models/Kimi-K2.6-DFlash", "speculative_num_draft_tokens": 16,
+                    window_key: 2048, "speculative_eagle_topk": 1, "speculative_num_steps": 2}
+
+
+def test_intended_server_info_without_speculation_or_optional_settings():
+    settings = plain("none", sglang_speculative_draft_model_path=None, sglang_served_model_name=None,
+                     sglang_host=None)
+    assert _args.intended_server_info(settings, "0.5.23") == {
+        "model_path": "/models/Kimi-K2.6", "tp_size": 8, "port": 30000, "speculative_algorithm": None}
+    no_window = _args.intended_server_info(k26(sglang_speculative_draft_window_size=None), "0.5.11")
+    assert not any("window" in key for key in no_window)
+
+
+def test_intended_server_info_never_carries_the_key():
+    info = _args.intended_server_info(k26(sglang_api_key=KEY), "0.5.23")
+    assert KEY not in repr(info) and "api_key" not in info
+
+
+# ----------------------------------------------------------------------- endpoints
+
+@pytest.mark.parametrize("host,address,url,worker_url", [
+    ("", None, "http://127.0.0.1:30000", "http://127.0.0.1:30000"),          # SGLang's default --host
+    (None, "10.0.0.5", "http://127.0.0.1:30000", "http://127.0.0.1:30000"),
+    ("0.0.0.0", "10.0.0.5", "http://127.0.0.1:30000", "http://10.0.0.5:30000"),
+    ("0.0.0.0", None, "http://127.0.0.1:30000", "http://127.0.0.1:30000"),
+    ("::", "10.0.0.5", "http://[::1]:30000", "http://10.0.0.5:30000"),
+    ("[::]", "fd00::5", "http://[::1]:30000", "http://[fd00::5]:30000"),
+    ("fd00::11", "10.0.0.5", "http://[fd00::11]:30000", "http://[fd00::11]:30000"),
+    ("[fd00::11]", None, "http://[fd00::11]:30000", "http://[fd00::11]:30000"),
+    ("127.0.1.11", "127.0.1.11", "http://127.0.1.11:30000", "http://127.0.1.11:30000"),
+    ("gpu-b01.example.internal", "10.0.0.5", "http://gpu-b01.example.internal:30000",
+     "http://gpu-b01.example.internal:30000"),
+    (" 127.0.1.11 ", None, "http://127.0.1.11:30000", "http://127.0.1.11:30000"),
+])
+def test_server_endpoints(host, address, url, worker_url):
+    assert _args.server_endpoints(host, 30000, address) == {"url": url, "worker_url": worker_url}
+
+
+def test_server_endpoints_tls_and_port_text():
+    extra = {"--ssl-certfile": "/etc/ssl/c.pem", "--ssl-keyfile": "/etc/ssl/k.pem"}
+    tls = _args.server_endpoints("0.0.0.0", "8443", "gpu-1", extra)
+    assert tls == {"url": "https://127.0.0.1:8443", "worker_url": "https://gpu-1:8443"}
+    assert _args.server_endpoints("h", 1, None, {"--ssl-certfile": False})["url"] == "http://h:1"
+    assert _args.server_endpoints("h", 1, None, {"--enable-metrics": True})["url"] == "http://h:1"
+    assert _args.server_endpoints("h", 1, None, ["--ssl-certfile"])["url"] == "http://h:1"  # not a mapping

@@ -34,17 +34,32 @@ def test_none_and_false_values():
     assert values["model"] == "DFlash2DraftModel"
 
 
-@pytest.mark.parametrize("prefix", ["[2026-11-29 10:00:00 TP3]", "[2026-11-29 10:00:00 DP1 TP7]",
-                                    "[2026-11-29 10:00:00 PP2 ATTN_CP3 TP3 EP3]"])
-def test_other_ranks_are_not_rank0(prefix):
+@pytest.mark.parametrize("prefix,tags", [
+    ("[2026-11-29 10:00:00 TP3]", {"TP": 3}),
+    ("[2026-11-29 10:00:00 DP1 TP7]", {"DP": 1, "TP": 7}),
+    ("[2026-11-29 10:00:00 DP3 TP3 EP3]", {"DP": 3, "TP": 3, "EP": 3}),
+    ("[2026-11-29 10:00:00 PP2 ATTN_CP3 TP3 EP3]", {"PP": 2, "ATTN_CP": 3, "TP": 3, "EP": 3}),
+    ("[2026-11-29 10:00:00 DP1 MOE_DP1 TP7]", {"DP": 1, "MOE_DP": 1, "TP": 7}),
+    ("[2026-11-29 10:00:00 DP2 PP1 ATTN_CP1 MOE_DP2 TP5 EP5]",
+     {"DP": 2, "PP": 1, "ATTN_CP": 1, "MOE_DP": 2, "TP": 5, "EP": 5}),
+])
+def test_other_ranks_are_not_rank0(prefix, tags):
     parsed = cfg.parse_config_line(prefix + " Initialized DFLASH draft runner. block_size=16, draft_window_size=None")
     assert parsed is not None and not parsed["rank0"]
+    # MOE_DP is its own tag, never read as a DP tag; ATTN_CP is never read as anything else
+    assert parsed["tags"] == tags
 
 
 @pytest.mark.parametrize("prefix,tags", [
     ("[2026-11-29 10:00:00 DP1 TP0]", {"DP": 1, "TP": 0}),
     ("[2026-11-29 10:00:00 TP0 EP0]", {"TP": 0, "EP": 0}),
     ("[2026-11-29 10:00:00 PP2 ATTN_CP3 TP0 EP3]", {"PP": 2, "ATTN_CP": 3, "TP": 0, "EP": 3}),
+    ("[2026-11-29 10:00:00 DP3 TP0 EP0]", {"DP": 3, "TP": 0, "EP": 0}),
+    ("[2026-11-29 10:00:00 DP1 MOE_DP1 TP0]", {"DP": 1, "MOE_DP": 1, "TP": 0}),
+    ("[2026-11-29 10:00:00 MOE_DP3 TP0]", {"MOE_DP": 3, "TP": 0}),
+    ("[2026-11-29 10:00:00 DP0 PP0 ATTN_CP0 MOE_DP0 TP0 EP0]",
+     {"DP": 0, "PP": 0, "ATTN_CP": 0, "MOE_DP": 0, "TP": 0, "EP": 0}),
+    ("[2026-11-29T10:00:00,5 TP0]", {"TP": 0}),
     ("[2026-11-29 10:00:00.123 TP0]", {"TP": 0}),
     ("[2026-11-29 10:00:00.123]", {}),
 ])
@@ -94,6 +109,23 @@ def test_find_config_line_skips_other_ranks():
     assert cfg.find_config_line(["noise", TP0.replace("TP0", "TP1")]) is None
 
 
+def test_find_config_lines_returns_every_rank0_line_in_order():
+    # a re-initialised draft worker logs again; other TP ranks never count; each DP rank's TP0 does
+    lines = ["noise", TP0, TP0.replace("TP0", "TP3").replace("2048", "7"), NO_WINDOW,
+             TP0.replace("TP0", "DP1 MOE_DP1 TP0").replace("2048", "512"), DDTREE, "garbage"]
+    found = cfg.find_config_lines(lines)
+    assert [line["values"].get("draft_window_size") for line in found] == [2048, None, 512, None]
+    assert [line["kind"] for line in found] == ["dflash", "dflash", "dflash", "ddtree"]
+    assert found[2]["tags"] == {"DP": 1, "MOE_DP": 1, "TP": 0}
+    assert cfg.find_config_lines([]) == [] and cfg.find_config_line([]) is None
+
+
+def test_a_tag_that_is_not_sglangs_is_no_rank_prefix():
+    # "[... GPU3]" is not a rank prefix: no tags, treated as rank 0 (the timestamp is not taken either)
+    parsed = cfg.parse_config_line("[2026-11-29 10:00:00 GPU3] Initialized DFLASH draft runner. block_size=16")
+    assert parsed["tags"] == {} and parsed["timestamp"] is None
+
+
 @pytest.mark.parametrize("expected,observed", [
     ("2048", 2048), (2048, 2048), ("None", None), (None, None), ("null", None), ("true", True), (True, True),
     ("True", True), ("false", False), ("16", 16.0), ("flashinfer", "flashinfer"), (" 2048 ", 2048),
@@ -104,7 +136,8 @@ def test_values_equal_with_coercion(expected, observed):
 
 @pytest.mark.parametrize("expected,observed", [
     ("2048", None), (None, 2048), ("None", False), (True, 1), (1, True), ("true", False), ("1024", 2048),
-    ("fa3", "flashinfer"),
+    ("fa3", "flashinfer"), (False, 0), (0, False), ("1", True), ("yes", 1), (None, False), (None, 0),
+    (2048, "2048x"),
 ])
 def test_values_differ(expected, observed):
     assert not cfg.values_equal(expected, observed)
@@ -125,21 +158,38 @@ def test_normalize_expect():
         {"a": 2048, "b": None, "c": True, "d": "fa3"}
 
 
-@pytest.mark.parametrize("info,expected", [
-    ({"speculative_dflash_draft_window_size": 2048, "speculative_num_draft_tokens": 16},
-     {"draft_window_size": 2048, "compact_cache": True, "block_size": 16}),
-    ({"speculative_draft_window_size": None, "speculative_num_draft_tokens": 16},
-     {"draft_window_size": None, "compact_cache": False, "block_size": 16}),
-    ({"speculative_draft_window_size": 512, "speculative_dflash_block_size": 8, "speculative_num_draft_tokens": 16},
-     {"draft_window_size": 512, "compact_cache": True, "block_size": 8}),
-    ({}, {}), (None, {}),
-])
-def test_config_from_server_info(info, expected):
-    assert cfg.config_from_server_info(info) == expected
-
-
 def test_render():
     assert cfg.render(None) == "None"
     assert cfg.render(2048) == "2048"
     assert cfg.render("fa3") == "'fa3'"
     assert "not logged" in cfg.render(cfg.ABSENT)
+
+
+def test_compare_keeps_true_and_1_apart():
+    mismatches = cfg.compare({"compact_cache": True, "block_size": 1}, {"compact_cache": 1, "block_size": True})
+    assert [(m["key"], m["expected"], m["observed"]) for m in mismatches] == [
+        ("block_size", 1, True), ("compact_cache", True, 1)]
+    assert cfg.compare({}, {"a": 1}) == [] and cfg.compare(None, {}) == []
+
+
+@pytest.mark.parametrize("text,value", [
+    ("None", None), ("True", True), ("False", False), ("16", 16), ("-3", -3), ("1.5", 1.5), ("1e3", 1000.0),
+    ("'a b'", "a b"), ('"q"', "q"), ("flashinfer", "flashinfer"), (" 7 ", 7), ("'", "'"),
+])
+def test_parse_value(text, value):
+    parsed = cfg.parse_value(text)
+    assert parsed == value and type(parsed) is type(value)
+
+
+@pytest.mark.parametrize("value,normal", [
+    ("none", None), ("NULL", None), ("~", None), ("", None), ("yes", True), ("On", True), ("off", False),
+    ("NO", False), ("2048", 2048), (2048, 2048), (True, True), (None, None), ("fa3", "fa3"),
+])
+def test_normalize(value, normal):
+    assert cfg.normalize(value) == normal and type(cfg.normalize(value)) is type(normal)
+
+
+def test_grep_pattern_matches_every_marker():
+    import re
+    for marker in cfg.MARKERS:
+        assert re.search(cfg.GREP_PATTERN, "[t TP0] " + marker + " block_size=1")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import (
-    HttpResult,
+    http_result,
     RouterClient,
     RouterError,
     WorkerLoad,
@@ -61,44 +61,44 @@ class FakeRouter(object):
 
     def router(self, method, path, payload, headers):
         if self.api_key and headers.get("Authorization") != "Bearer %s" % self.api_key:
-            return HttpResult(401, "Missing or invalid Authorization header")
+            return http_result(401, "Missing or invalid Authorization header")
         self._tick()
         if method == "GET" and path == "/workers":
-            return HttpResult(200, json.dumps({"workers": list(self.workers.values()), "total": len(self.workers)}))
+            return http_result(200, json.dumps({"workers": list(self.workers.values()), "total": len(self.workers)}))
         if method == "POST" and path == "/workers":
             url = payload["url"]
             self.pending.setdefault(url, (self.clock() + self.add_delay, False))
-            return HttpResult(202, json.dumps({"status": "accepted", "worker_id": "id-%s" % url[-8:-6]}))
+            return http_result(202, json.dumps({"status": "accepted", "worker_id": "id-%s" % url[-8:-6]}))
         if path.startswith("/workers/"):
             wid = path[len("/workers/"):]
             for url, entry in list(self.workers.items()):
                 if entry["id"] == wid:
                     if method == "DELETE":
                         del self.workers[url]
-                        return HttpResult(202, json.dumps({"status": "accepted"}))
-                    return HttpResult(200, json.dumps(entry))
+                        return http_result(202, json.dumps({"status": "accepted"}))
+                    return http_result(200, json.dumps(entry))
             for url in self.pending:
                 if "id-%s" % url[-8:-6] == wid and method == "GET":
-                    return HttpResult(200, json.dumps({"id": wid, "url": url, "job_status": {
+                    return http_result(200, json.dumps({"id": wid, "url": url, "job_status": {
                         "job_type": "AddWorker", "status": "processing", "message": None}}))
-            return HttpResult(404, json.dumps({"error": "Worker %s not found" % wid}))
-        return HttpResult(404, "")
+            return http_result(404, json.dumps({"error": "Worker %s not found" % wid}))
+        return http_result(404, "")
 
     def worker(self, method, url, headers):
         base, path = url.rsplit(":30000", 1)[0] + ":30000", url.rsplit(":30000", 1)[1]
         if base not in self.answering:
-            return HttpResult(error="[Errno 111] Connection refused")
+            return http_result(error="[Errno 111] Connection refused")
         exists = self.load_paths.get(base, "/v1/loads")
         if path != exists:
-            return HttpResult(404, '{"detail": "Not Found"}')
+            return http_result(404, '{"detail": "Not Found"}')
         queue = self.loads.get(base, [0])
         count = queue.pop(0) if len(queue) > 1 else queue[0]
         if path == "/v1/loads":
-            return HttpResult(200, json.dumps({"loads": [{"num_running_reqs": count, "num_waiting_reqs": 0}],
+            return http_result(200, json.dumps({"loads": [{"num_running_reqs": count, "num_waiting_reqs": 0}],
                                                "aggregate": {"total_reqs": count}}))
         if path == "/get_load":
-            return HttpResult(200, json.dumps([{"dp_rank": 0, "num_reqs": count, "num_waiting_reqs": 0}]))
-        return HttpResult(200, 'sglang:num_running_reqs{tp_rank="0"} %d\nsglang:num_queue_reqs{tp_rank="0"} 0\n' % count)
+            return http_result(200, json.dumps([{"dp_rank": 0, "num_reqs": count, "num_waiting_reqs": 0}]))
+        return http_result(200, 'sglang:num_running_reqs{tp_rank="0"} %d\nsglang:num_queue_reqs{tp_rank="0"} 0\n' % count)
 
 
 def manager(fake, clock, worker=W1, api_key=None):
@@ -156,14 +156,14 @@ def test_worker_load_refused_counts_as_empty():
 
 def test_worker_load_401_asks_for_the_worker_key():
     def transport(method, url, payload, headers, timeout):
-        return HttpResult(401, '{"error": "Unauthorized"}')
+        return http_result(401, '{"error": "Unauthorized"}')
     with pytest.raises(RouterError, match="worker_api_key"):
         WorkerLoad(W1, None, transport).read()
 
 
 def test_worker_load_without_any_count_fails_naming_what_was_tried():
     def transport(method, url, payload, headers, timeout):
-        return HttpResult(404, "nope")
+        return http_result(404, "nope")
     with pytest.raises(RouterError, match="/v1/loads.*/get_load.*/metrics"):
         WorkerLoad(W1, None, transport).read()
 
@@ -264,7 +264,7 @@ def test_present_fails_at_once_when_the_router_gives_up():
 
     def transport(method, url, payload, headers, timeout):
         if method == "GET" and url.endswith("/workers/id-11"):
-            return HttpResult(200, json.dumps({"job_status": {"job_type": "AddWorker", "status": "failed",
+            return http_result(200, json.dumps({"job_status": {"job_type": "AddWorker", "status": "failed",
                                                               "message": "health checks failed"}}))
         return fake(method, url, payload, headers, timeout)
 

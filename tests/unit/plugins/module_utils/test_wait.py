@@ -1,436 +1,511 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every verdict of the wait state machine, with fake clock, systemd, journal and HTTP."""
-import collections
+"""Every verdict of the wait, on a scripted host (fakes.FakeHost) with a fake clock."""
 import json
 
-import pytest
-
 from ansible_collections.gpufleet.inference.plugins.module_utils import _wait as wait
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import flags_for_key
-from ansible_collections.gpufleet.inference.plugins.module_utils._journal import Entry
-from ansible_collections.gpufleet.inference.plugins.module_utils._probe import HTTP, REFUSED, TIMEOUT, Response
-from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import UnitState
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit
 
-OLD, NEW, NEWER = "aaaa0000", "bbbb1111", "cccc2222"
-CONFIG_2048 = ("[2026-11-29 10:04:49 TP0] Initialized DFLASH draft runner. attention_backend=flashinfer, "
-               "model=DFlashDraftModel, block_size=16, draft_window_size=2048, compact_cache=True")
-CONFIG_NONE = CONFIG_2048.replace("draft_window_size=2048, compact_cache=True", "draft_window_size=None, compact_cache=False")
-EXPECT = {"draft_window_size": "2048", "compact_cache": "true", "block_size": 16}
-ARGV = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--speculative-dflash-draft-window-size", "2048",
-        "--speculative-num-draft-tokens", "16"]
+from fakes import (COMMAND, CONFIG_2048, CONFIG_512, CONFIG_NONE, EXPECT_2048, GOOD, NEW, NEWER, OLD, STARTING,
+                   STARTUP, FakeHost, entry, timed, unit_state)
+
+STARTED = [(0.0, unit_state(OLD)), (1.0, unit_state(NEW, "activating", "start")), (2.0, unit_state(NEW))]
+PORT_AT = 4.0
 
 
-class Clock(object):
-    def __init__(self):
-        self.now = 1000.0
-        self.sleeps = []
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        assert seconds >= 0
-        self.sleeps.append(seconds)
-        self.now += seconds
+def healthy_host(lines=None, port_at=PORT_AT, **kwargs):
+    """Old invocation until 1 s, the new one logs its startup from 2 s, its port opens at `port_at`."""
+    lines = STARTUP if lines is None else lines
+    kwargs.setdefault("states", STARTED)
+    tail_at = port_at if port_at is not None else 4.0
+    kwargs.setdefault("journal", {NEW: timed(2.0, lines[:-2], 0.2) + timed(tail_at, lines[-2:], 0.1)})
+    kwargs.setdefault("port", [(port_at, True)] if port_at is not None else [])
+    kwargs.setdefault("generate", [(port_at, GOOD)])
+    kwargs.setdefault("cmdline", COMMAND)
+    return FakeHost(**kwargs)
 
 
-def unit(inv, active="active", sub="running", restarts=0, pid=4242):
-    return UnitState({"LoadState": "loaded", "InvocationID": inv, "ActiveState": active, "SubState": sub,
-                      "MainPID": str(pid), "NRestarts": str(restarts), "ControlGroup": "/system.slice/sglang.service",
-                      "ExecMainStartTimestamp": "Sun 2026-11-29 10:00:00 UTC", "Result": "success"})
+def waiter(host, after=OLD, expect=None, config_line=None, command=COMMAND, environment=None, resume=None,
+           **policy):
+    policy.setdefault("timeout", 120)
+    policy.setdefault("min_ready_seconds", 0)
+    intent = wait.Intent(EXPECT_2048 if expect is None else expect, config_line, command, environment)
+    return wait.Waiter(host, "sglang.service", intent, wait.Policy(**policy), after_invocation=after, resume=resume)
 
 
-class Systemd(object):
-    """Returns the scripted states in order; the last one repeats."""
-
-    def __init__(self, states, argv=None):
-        self.states = list(states)
-        self.argv = argv or ARGV
-
-    def state(self):
-        return self.states.pop(0) if len(self.states) > 1 else self.states[0]
-
-    def exec_start(self):
-        return [self.argv]
+def run(host, **kwargs):
+    w = waiter(host, **kwargs)
+    outcome = w.run()
+    return outcome, w.result(), w
 
 
-class Journal(object):
-    """Per invocation: a list of reads, each a list of messages (the last read repeats as empty)."""
+# --------------------------------------------------------------------------- passing
 
-    def __init__(self, invocation_id, reads, grep=None, gaps=False):
-        self.invocation_id = invocation_id
-        self.reads = list(reads)
-        self.grep_result = grep
-        self.gaps = gaps
-        self.cursor = None
-        self.batch = 2000
-        self.last_lines = collections.deque(maxlen=20)
-        self.grepped = 0
-        self.start_lines = None
-
-    def _next(self):
-        messages = self.reads.pop(0) if self.reads else []
-        entries = [Entry({"MESSAGE": m, "__CURSOR": "c%d" % i}) for i, m in enumerate(messages)]
-        for entry in entries:
-            self.last_lines.append(entry.message)
-        self.cursor = "cursor"
-        return entries
-
-    def start(self, lines=None):
-        self.start_lines = lines
-        return self._next()
-
-    def read_new(self):
-        return self._next()
-
-    def tail(self, lines=20):
-        return list(self.last_lines)[-lines:]
-
-    def grep(self, pattern):
-        self.grepped += 1
-        return self.grep_result if self.grep_result is not None else []
-
-
-class Http(object):
-    """Scripted /generate responses (callables get the request timeout); the last one repeats."""
-
-    def __init__(self, responses, server_info=None):
-        self.responses = list(responses)
-        self.calls = []
-        self.info = server_info
-
-    def generate(self, prompt, max_new_tokens, timeout):
-        self.calls.append(timeout)
-        item = self.responses.pop(0) if len(self.responses) > 1 else self.responses[0]
-        return item(timeout) if callable(item) else item
-
-    def server_info(self, timeout):
-        if self.info is None:
-            return Response(REFUSED, error="refused")
-        return Response(HTTP, 200, json.dumps(self.info))
-
-
-REFUSED_RESP = Response(REFUSED, error="[Errno 111] Connection refused")
-GOOD_BODY = {"text": " Paris. The capital", "meta_info": {"completion_tokens": 8, "spec_accept_length": 3.2}}
-GOOD = Response(HTTP, 200, json.dumps(GOOD_BODY))
-STARTING = Response(HTTP, 503, '{"error": "starting"}')
-INSIDE = {"verdict": "inside", "message": "ok", "owners": []}
-
-
-def make(states, journals, http, clock=None, provenance=None, suppressed=None, **kwargs):
-    clock = clock or Clock()
-    made = {}
-
-    def factory(invocation_id):
-        made[invocation_id] = journals[invocation_id]
-        return journals[invocation_id]
-    kwargs.setdefault("after_invocation", OLD)
-    kwargs.setdefault("expect", EXPECT)
-    waiter = wait.Waiter(
-        systemd=Systemd(states), journal_factory=factory, http=http, unit="sglang.service", clock=clock,
-        sleep=clock.sleep, wall=lambda: 1764410400.0, timeout=kwargs.pop("timeout", 900), poll_interval=5,
-        request_timeout=kwargs.pop("request_timeout", 60),
-        provenance=provenance or (lambda cgroup, pid: INSIDE), suppressed=suppressed,
-        flags_for_key=flags_for_key, **kwargs)
-    return waiter, clock, made
-
-
-def test_pass_after_restart_records_phases():
-    journals = {NEW: Journal(NEW, [["Load weight begin."], [CONFIG_2048], ["Uvicorn running"]])}
-    http = Http([REFUSED_RESP, REFUSED_RESP, STARTING, GOOD])
-    waiter, clock, made = make([unit(OLD), unit(NEW, "activating", "start"), unit(NEW)], journals, http)
-    outcome = waiter.run()
+def test_pass_after_restart_with_phases_evidence_and_receipt():
+    host = healthy_host()
+    outcome, result, w = run(host)
     assert outcome.ok and outcome.verdict == wait.PASS, outcome.msg
-    result = waiter.result()
-    assert result["invocation_id"] == NEW and result["source"] == "journal"
+    assert result["invocation_id"] == NEW and result["source"] == "journal" and result["verified"]
     assert result["observed"]["draft_window_size"] == 2048
     assert result["expected"] == {"draft_window_size": 2048, "compact_cache": True, "block_size": 16}
-    assert set(result["phases"]) == {"new_invocation", "config_line", "port_open", "generate"}
-    assert result["phases"]["new_invocation"]["elapsed"] <= result["phases"]["config_line"]["elapsed"] \
-        <= result["phases"]["port_open"]["elapsed"] <= result["phases"]["generate"]["elapsed"]
-    assert result["generate"]["meta_info"]["spec_accept_length"] == 3.2
-    assert result["config_line"] == CONFIG_2048
-    assert list(made) == [NEW]
-    assert journals[NEW].start_lines is None  # new invocation: read from its beginning (bounded batch)
+    phases = result["phases"]
+    assert set(phases) == {"new_invocation", "config_line", "port_open", "generate"}
+    assert phases["new_invocation"]["elapsed"] <= phases["config_line"]["elapsed"] <= phases["port_open"]["elapsed"] \
+        <= phases["generate"]["elapsed"]
+    # compared keys are named; never "agrees" about nothing
+    assert "compared block_size=16, compact_cache=True, draft_window_size=2048 (config line in its journal)" \
+        in outcome.msg
+    assert "its command line" in outcome.msg
+    assert result["launched"]["command_checked"] and result["launched"]["command"] == COMMAND
+    # the old invocation was never probed; the new one as soon as its port opened
+    assert phases["generate"]["elapsed"] - PORT_AT < 0.3
+    receipt = host.written[-1]
+    assert receipt["invocation_id"] == NEW and receipt["unit"] == "sglang.service"
+    assert receipt["config_lines"][0]["values"]["draft_window_size"] == 2048
+    assert receipt["config_lines"][0]["cursor"] and receipt["expect"]["draft_window_size"] == 2048
+    assert result["receipt"] == host.receipt_path
+    # the api key of the server_args line never reaches the tail
+    assert all("sekret" not in line for line in w.tail)
 
+
+def test_detects_readiness_within_a_tick_not_a_poll_interval():
+    host = healthy_host(port_at=5.55)
+    outcome, result, w = run(host, tick=0.25)
+    assert outcome.ok, outcome.msg
+    assert result["phases"]["generate"]["elapsed"] - 5.55 <= 0.3
+
+
+def test_old_invocation_answering_never_passes():
+    host = FakeHost(states=[(0.0, unit_state(OLD))], generate=[(0.0, GOOD)])
+    outcome, result, w = run(host, timeout=30)
+    assert outcome.verdict == wait.TIMEOUT and not outcome.ok
+    assert "generate" not in host.calls and not host.followers
+    assert "waiting for a new invocation of sglang.service (still %s" % OLD in outcome.msg
+
+
+def test_journal_lagging_behind_the_port_waits_for_the_line():
+    # /generate answers before journald has delivered the config line: not a missing line.
+    lines = STARTUP
+    journal = {NEW: timed(2.0, lines[:6], 0.1) + [(4.6, entry(CONFIG_2048))] + timed(4.7, lines[7:], 0.1)}
+    host = healthy_host(journal=journal)
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert result["source"] == "journal"
+
+
+def test_off_is_an_expectation_and_passes_when_no_line_is_logged():
+    lines = [line for line in STARTUP if "draft runner" not in line]
+    host = healthy_host(lines=lines)
+    outcome, result, w = run(host, expect={}, config_line="absent")
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert "no draft-runner line, as intended (speculative decoding off)" in outcome.msg
+
+
+def test_nothing_compared_says_so():
+    host = healthy_host(lines=[line for line in STARTUP if "draft runner" not in line])
+    outcome, result, w = run(host, expect={}, config_line="optional", command=None)
+    assert outcome.verdict == wait.PASS
+    assert "nothing was compared (no expectation given): readiness only" in outcome.msg
+    assert "agrees" not in outcome.msg
+
+
+def test_two_agreeing_config_lines_pass():
+    lines = STARTUP[:7] + [CONFIG_2048] + STARTUP[7:]
+    outcome, result, w = run(healthy_host(lines=lines))
+    assert outcome.verdict == wait.PASS and len(result["config_lines"]) == 2
+    assert "2 config lines" in outcome.msg
+
+
+# --------------------------------------------------------------------------- mismatches
 
 def test_mismatch_fails_at_once_naming_the_flag():
-    journals = {NEW: Journal(NEW, [["Load weight begin.", CONFIG_NONE]])}
-    http = Http([REFUSED_RESP])
-    waiter, clock, made = make([unit(NEW)], journals, http)
-    outcome = waiter.run()
+    host = healthy_host(lines=STARTUP[:6] + [CONFIG_NONE] + STARTUP[7:], port_at=60)
+    outcome, result, w = run(host)
     assert outcome.verdict == wait.MISMATCH
     assert ("draft_window_size: expected 2048 (--speculative-dflash-draft-window-size 2048 in sglang.service), "
             "observed None in the config line of invocation %s" % NEW) in outcome.msg
     assert "compact_cache: expected True" in outcome.msg and "observed False" in outcome.msg
-    assert clock.sleeps == [] and http.calls == []  # no waiting for the port, no sleep
+    assert host.now < 10 and "generate" not in host.calls  # no waiting for the port
 
 
-def test_mismatch_names_missing_flag():
-    journals = {NEW: Journal(NEW, [[CONFIG_NONE]])}
-    waiter, clock, made = make([unit(NEW)], journals, Http([REFUSED_RESP]))
-    waiter.systemd.argv = ["/usr/bin/python", "-m", "sglang.launch_server"]
-    outcome = waiter.run()
-    assert "neither --speculative-draft-window-size nor --speculative-dflash-draft-window-size in sglang.service's " \
+def test_mismatch_names_a_missing_flag():
+    host = healthy_host(lines=STARTUP[:6] + [CONFIG_NONE], port_at=60)
+    outcome, result, w = run(host, command=["/usr/bin/python", "-m", "sglang.launch_server"])
+    assert "no --speculative-draft-window-size / --speculative-dflash-draft-window-size in sglang.service's " \
            "ExecStart" in outcome.msg
 
 
-def test_old_invocation_only_never_passes_even_if_old_process_answers():
-    journals = {}
-    http = Http([GOOD])  # the OLD process answers /generate perfectly
-    waiter, clock, made = make([unit(OLD)], journals, http, timeout=60)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.TIMEOUT and not outcome.ok
-    assert http.calls == [] and made == {}
-    assert "waiting for a new invocation of sglang.service (still %s" % OLD in outcome.msg
-    assert waiter.result()["elapsed"] == 60
+def test_a_second_config_line_with_other_values_is_a_mismatch():
+    lines = STARTUP[:7] + [CONFIG_512] + STARTUP[7:]
+    outcome, result, w = run(healthy_host(lines=lines))
+    assert outcome.verdict == wait.MISMATCH
+    assert "observed 512 in the second config line of invocation %s" % NEW in outcome.msg
 
 
-def test_death_fails_fast_with_last_journal_lines():
-    lines = ["Load weight begin.", "Scheduler hit an exception: CUDA out of memory",
-             "Received sigquit from a child process. It usually means the child failed."]
-    journals = {NEW: Journal(NEW, [lines[:1], lines[1:]])}
-    waiter, clock, made = make([unit(NEW, "activating", "start"), unit(NEW), unit(NEW, "failed", "failed")],
-                               journals, Http([REFUSED_RESP]))
-    outcome = waiter.run()
+def test_a_reinitialised_worker_during_settle_is_a_mismatch():
+    journal = {NEW: timed(2.0, STARTUP, 0.2) + [(8.0, entry(CONFIG_512))]}
+    outcome, result, w = run(healthy_host(journal=journal), min_ready_seconds=10)
+    assert outcome.verdict == wait.MISMATCH and "second config line" in outcome.msg
+    assert not w.host.written
+
+
+def test_off_intended_but_a_draft_runner_logged():
+    outcome, result, w = run(healthy_host(), expect={}, config_line="absent")
+    assert outcome.verdict == wait.MISMATCH
+    assert "expected no draft-runner line (speculative decoding off), but it logged" in outcome.msg
+    assert "draft_window_size=2048" in outcome.msg
+
+
+def test_command_line_of_a_drop_in_is_a_mismatch_naming_the_drop_in():
+    dropped = COMMAND[:-2] + ["--speculative-dflash-draft-window-size", "512"]
+    effective = EffectiveUnit({"DropInPaths": "/etc/systemd/system/sglang.service.d/override.conf",
+                               "Environment": "A=1 B=2"})
+    lines = [line.replace("2048", "2048") for line in STARTUP]
+    host = healthy_host(lines=lines, cmdline=dropped, effective=effective, environ={"A": "1", "B": "2"})
+    outcome, result, w = run(host, environment={"A": "1"})
+    assert outcome.verdict == wait.MISMATCH
+    assert "--speculative-dflash-draft-window-size: expected 2048, observed 512 on the command line of its main " \
+           "process 4242" in outcome.msg
+    assert "B: expected nothing, observed 2 in the effective Environment= of sglang.service" in outcome.msg \
+        or "B: expected None, observed 2" in outcome.msg
+    assert "drop-ins of sglang.service: /etc/systemd/system/sglang.service.d/override.conf" in outcome.msg
+
+
+def test_command_line_read_while_the_process_is_still_in_exec():
+    calls = []
+
+    def cmdline(now):
+        calls.append(now)
+        return None if len(calls) < 3 else COMMAND  # empty while inside exec
+    outcome, result, w = run(healthy_host(cmdline=cmdline))
+    assert outcome.verdict == wait.PASS and len(calls) >= 3
+
+
+# --------------------------------------------------------------------------- no evidence
+
+def test_config_line_lost_to_journald_rate_limit_is_unverified_never_pass():
+    lines = [line for line in STARTUP if "draft runner" not in line]
+    notices = [{"count": 4321, "message": "Suppressed 4321 messages from sglang.service", "invocation_id": NEW}]
+    host = healthy_host(lines=lines, notices=notices, server_info={"speculative_dflash_draft_window_size": 2048})
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.UNVERIFIED and not outcome.ok
+    assert "journald's rate limit dropped 4321 messages" in outcome.msg
+    assert "/server_info only echoes the parsed arguments and does not count" in outcome.msg
+    assert result["observed"] is None and result["source"] is None and not result["verified"]
+    assert result["suppression"]["messages_dropped"] == 4321
+    assert not host.written
+
+
+def test_accept_unverified_passes_with_a_warning_and_verified_false():
+    lines = [line for line in STARTUP if "draft runner" not in line]
+    notices = [{"count": 10, "message": "Suppressed 10 messages from sglang.service", "invocation_id": NEW}]
+    outcome, result, w = run(healthy_host(lines=lines, notices=notices), accept_unverified=True)
+    assert outcome.ok and outcome.verdict == wait.PASS and "UNVERIFIED" in outcome.msg
+    assert result["verified"] is False and not w.host.written
+
+
+def test_complete_journal_without_the_line_is_a_missing_config_line():
+    lines = [line for line in STARTUP if "draft runner" not in line]
+    outcome, result, w = run(healthy_host(lines=lines))
+    assert outcome.verdict == wait.MISSING_CONFIG_LINE
+    assert "its journal is complete around where the line belongs" in outcome.msg
+
+
+def test_nothing_after_the_line_within_journal_grace_is_unverified():
+    lines = list(STARTUP[:6])  # no line after where the config line belongs, ever
+    host = healthy_host(journal={NEW: timed(2.0, lines, 0.2)})
+    outcome, result, w = run(host, journal_grace=5)
+    assert outcome.verdict == wait.UNVERIFIED
+    assert "cannot be told whether journald dropped the line" in outcome.msg
+    assert 5 <= host.now - result["phases"]["generate"]["elapsed"] < 6.5
+
+
+def test_verify_only_after_retention_uses_the_receipt_of_the_same_invocation():
+    # A long-running invocation whose startup was vacuumed away: only later lines remain.
+    journal = {NEW: [(0.0, entry('INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK'))]}
+    values = {"block_size": 16, "draft_window_size": 2048, "compact_cache": True}
+    receipt = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "verified_at": 0,
+               "config_lines": [{"line": CONFIG_2048, "values": values}]}
+    host = FakeHost(states=[(0.0, unit_state(NEW))], journal=journal, cmdline=COMMAND, receipt=receipt)
+    host.now = 100.0
+    outcome, result, w = run(host, after=None, min_ready_seconds=10)
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert result["source"] == "receipt" and "from the receipt of its verification" in outcome.msg
+    assert host.now - 100 < 2  # credited settle: verified long ago
+    assert not host.written  # no new receipt for an invocation that has one
+
+
+def test_verify_only_after_retention_without_receipt_names_retention():
+    journal = {NEW: [(0.0, entry('INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK'))]}
+    other = {"version": 1, "unit": "sglang.service", "invocation_id": OLD, "config_lines": [
+        {"line": CONFIG_2048, "values": {"draft_window_size": 2048}}]}
+    host = FakeHost(states=[(0.0, unit_state(NEW))], journal=journal, cmdline=COMMAND, receipt=other)
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == wait.UNVERIFIED
+    assert "no longer holds the start of invocation %s" % NEW in outcome.msg
+    assert "journal retention" in outcome.msg and host.receipt_path.rsplit("/", 1)[0] in outcome.msg
+
+
+def test_receipt_with_other_values_is_a_mismatch():
+    receipt = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "config_lines": [
+        {"line": CONFIG_512, "values": {"block_size": 16, "draft_window_size": 512, "compact_cache": True}}]}
+    host = FakeHost(states=[(0.0, unit_state(NEW))], cmdline=COMMAND, receipt=receipt)
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == wait.MISMATCH and "kept by its receipt" in outcome.msg
+
+
+def test_verify_only_of_a_process_still_loading_follows_on_from_its_journal():
+    host = healthy_host(states=[(0.0, unit_state(NEW))], port_at=8.0,
+                        journal={NEW: timed(0.0, STARTUP[:3], 0.1) + timed(5.0, STARTUP[3:7], 0.2)
+                                 + timed(8.0, STARTUP[7:], 0.1)})
+    host.now = 1.0
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert result["source"] == "journal" and host.calls[1].startswith("grep:")
+
+
+# --------------------------------------------------------------------------- deaths
+
+def test_crash_after_the_config_line_names_the_phase_exit_status_and_cause():
+    lines = STARTUP[:7] + ["Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access",
+                           "Traceback (most recent call last):", '  File "x.py", line 1',
+                           "Received sigquit from a child process. It usually means the child failed."]
+    journal = {NEW: timed(2.0, lines, 0.2) + [(4.5, entry("sglang.service: Main process exited, code=killed, "
+                                                          "status=9/KILL", systemd=True, EXIT_CODE="killed",
+                                                          EXIT_STATUS="9")),
+                                              (4.6, entry("sglang.service: Failed with result 'signal'.",
+                                                          systemd=True))]}
+    states = STARTED + [(4.5, unit_state(NEW, "failed", "failed", result="signal", code="2", status="9"))]
+    host = healthy_host(journal=journal, states=states, port_at=None)
+    outcome, result, w = run(host)
     assert outcome.verdict == wait.DIED
-    assert "invocation %s ended (failed/failed" % NEW in outcome.msg
-    assert "CUDA out of memory" in outcome.msg and "Received sigquit" in outcome.msg
-    assert waiter.result()["journal_tail"][-1].startswith("Received sigquit")
-    assert clock.now - 1000 <= 10  # two polls, not a timeout
+    assert "while draft runner initialised: block_size=16, draft_window_size=2048" in outcome.msg
+    assert "no config line yet" not in outcome.msg
+    assert "code=killed, status=9/KILL, Result signal" in outcome.msg
+    assert "Cause: Received sigquit from a child process" in outcome.msg
+    assert result["journal_tail"][-1].startswith("Received sigquit")
+    assert host.now < 10
 
 
-def test_new_invocation_already_dead_when_first_seen():
-    journals = {NEW: Journal(NEW, [["error: the following arguments are required: --model-path/--model"]])}
-    waiter, clock, made = make([unit(NEW, "failed", "failed")], journals, Http([REFUSED_RESP]))
-    outcome = waiter.run()
-    assert outcome.verdict == wait.DIED and clock.sleeps == []
-
-
-@pytest.mark.parametrize("later,how", [
-    (unit(NEWER, "activating", "start", restarts=1), "was replaced by invocation %s" % NEWER),
-    (unit(NEW, "activating", "auto-restart"), "systemd is restarting it"),
-    (unit(NEW, restarts=1), "NRestarts 0 -> 1"),
-])
-def test_crash_loop(later, how):
-    journals = {NEW: Journal(NEW, [["Load weight begin."]])}
-    waiter, clock, made = make([unit(NEW), later], journals, Http([REFUSED_RESP]))
-    outcome = waiter.run()
-    assert outcome.verdict == wait.CRASH_LOOP
-    assert how in outcome.msg and "Load weight begin." in outcome.msg
+def test_crash_loop_is_named_and_fast():
+    crashed = unit_state(NEW, "activating", "auto-restart", restarts=1, result="exit-code", code="1", status="1")
+    states = STARTED + [(3.0, crashed)]
+    host = healthy_host(states=states, port_at=None)
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.CRASH_LOOP and "crash loop" in outcome.msg
+    assert "code=exited, status=1/FAILURE" in outcome.msg
 
 
 def test_tolerated_restart_follows_the_next_invocation():
-    journals = {NEW: Journal(NEW, [["boom"]]), NEWER: Journal(NEWER, [[CONFIG_2048]])}
-    waiter, clock, made = make([unit(NEW), unit(NEWER, restarts=1), unit(NEWER, restarts=1)], journals,
-                               Http([GOOD]), crash_loop_restarts=1)
-    waiter.http.responses = [REFUSED_RESP, GOOD]
-    outcome = waiter.run()
+    states = STARTED + [(3.0, unit_state(NEWER, "activating", "start", restarts=1)),
+                        (3.5, unit_state(NEWER, restarts=1))]
+    journal = {NEW: timed(2.0, STARTUP[:2]), NEWER: timed(3.6, STARTUP, 0.1)}
+    host = healthy_host(states=states, journal=journal, port_at=4.5, generate=[(4.5, GOOD)])
+    outcome, result, w = run(host, crash_loop_restarts=1)
     assert outcome.verdict == wait.PASS, outcome.msg
-    assert waiter.result()["invocation_id"] == NEWER
-    assert "1 of 1 tolerated restarts" in waiter.result()["notes"][0]
+    assert result["invocation_id"] == NEWER
+    assert "tolerated restarts" in result["notes"][0]
 
 
-def test_timeout_reports_last_phase_and_last_journal_line():
-    journals = {NEW: Journal(NEW, [["Load weight begin. avail mem=70.00 GB"], ["KV Cache is allocated. #tokens: 1000"]])}
-    waiter, clock, made = make([unit(NEW)], journals, Http([REFUSED_RESP]), timeout=30)
-    outcome = waiter.run()
+def test_another_restart_by_someone_else_is_replaced():
+    states = STARTED + [(3.0, unit_state(NEWER))]
+    host = healthy_host(states=states, port_at=None)
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.REPLACED
+    assert "someone or something else restarted sglang.service" in outcome.msg
+
+
+def test_crash_seconds_after_first_answer_fails_the_settle_window():
+    states = STARTED + [(6.0, unit_state(NEW, "activating", "auto-restart", restarts=1))]
+    host = healthy_host(states=states)
+    outcome, result, w = run(host, min_ready_seconds=10)
+    assert outcome.verdict == wait.CRASH_LOOP and not outcome.ok
+    assert "settling after its first good /generate" in outcome.msg
+    assert not host.written  # never a receipt (or a last-known-good) for it
+
+
+def test_stops_answering_during_settle_is_unstable():
+    host = healthy_host(generate=[(PORT_AT, GOOD), (PORT_AT + 1, STARTING)])
+    outcome, result, w = run(host, min_ready_seconds=5)
+    assert outcome.verdict == wait.UNSTABLE and "no longer" in outcome.msg
+
+
+def test_settle_passes_after_min_ready_seconds():
+    host = healthy_host()
+    outcome, result, w = run(host, min_ready_seconds=5)
+    assert outcome.verdict == wait.PASS and "stayed up for min_ready_seconds 5" in outcome.msg
+    assert host.now - result["phases"]["generate"]["elapsed"] >= 5
+
+
+# --------------------------------------------------------------------------- other verdicts
+
+def test_foreign_listener():
+    outside = {"verdict": "outside", "message": "a process outside sglang.service answers on h:1: pid 9", "owners": []}
+    outcome, result, w = run(healthy_host(listener=outside))
+    assert outcome.verdict == wait.FOREIGN_LISTENER and "pid 9" in outcome.msg
+
+
+def test_unauthorized():
+    from fakes import http_json
+    outcome, result, w = run(healthy_host(generate=[(PORT_AT, http_json(401, {"error": "Unauthorized"}))]))
+    assert outcome.verdict == wait.UNAUTHORIZED
+
+
+def test_not_found_and_not_active():
+    outcome, result, w = run(FakeHost(states=[(0.0, unit_state("", load="not-found"))]), after=None)
+    assert outcome.verdict == wait.NOT_FOUND
+    outcome, result, w = run(FakeHost(states=[(0.0, unit_state("", "inactive", "dead"))]), after=None)
+    assert outcome.verdict == wait.NOT_ACTIVE
+
+
+def test_timeout_names_the_last_phase_and_line():
+    host = healthy_host(port_at=None)
+    outcome, result, w = run(host, timeout=20)
     assert outcome.verdict == wait.TIMEOUT
-    assert "timed out after 30.0s" in outcome.msg
-    assert "last phase: loading: no config line yet, port not open yet (connection refused)" in outcome.msg
-    assert "last journal line: 'KV Cache is allocated. #tokens: 1000'" in outcome.msg
-    assert waiter.result()["elapsed"] == 30.0
-    assert max(clock.sleeps) <= 5
+    assert "last phase: " in outcome.msg and "port not open yet" in outcome.msg
+    assert "fired up" in outcome.msg  # the last line seen, quoted
 
 
-def test_timeout_checks_before_first_sleep():
-    waiter, clock, made = make([unit(OLD)], {}, Http([GOOD]), timeout=0.001)
-    clock.now = 1000.0
-    outcome = waiter.run()
-    assert outcome.verdict == wait.TIMEOUT
+def test_a_broken_follower_is_started_again_from_its_cursor():
+    host = healthy_host()
+    host.follow_errors = 2
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.PASS
+    assert len(host.followers) >= 2 and host.followers[-1].cursor
 
 
-def test_foreign_listener_fails():
-    journals = {NEW: Journal(NEW, [[CONFIG_2048]])}
-    foreign = {"verdict": "outside", "owners": [], "message": "a process outside sglang.service answers on "
-               "127.0.1.11:30000: pid 123 (python3) in /system.slice/other.service"}
-    seen = []
+# --------------------------------------------------------------------------- slices
 
-    def provenance(cgroup, pid):
-        seen.append((cgroup, pid))
-        return foreign
-    waiter, clock, made = make([unit(NEW)], journals, Http([GOOD]), provenance=provenance)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.FOREIGN_LISTENER
-    assert outcome.msg == foreign["message"]
-    assert seen == [("/system.slice/sglang.service", 4242)]
-
-
-def test_missing_config_line_after_generate_answers():
-    journal = Journal(NEW, [["Load weight begin."], ["Uvicorn running on http://127.0.0.1:30000"]])
-    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([REFUSED_RESP, GOOD]), suppressed=lambda inv, since: [])
-    outcome = waiter.run()
-    assert outcome.verdict == wait.MISSING_CONFIG_LINE
-    assert "no config line" in outcome.msg and NEW in outcome.msg and "/generate answers" in outcome.msg
-    assert journal.grepped == 1  # searched the invocation (bounded) before declaring it missing
-    # ... but only after journald had time to write a late suppression notice (default grace 35 s)
-    assert 35 <= clock.now - 1000.0 < 45
-
-
-def test_missing_config_line_fails_at_once_without_grace():
-    journal = Journal(NEW, [["Uvicorn running on http://127.0.0.1:30000"]])
-    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([GOOD]), suppressed=lambda inv, since: [],
-                               journal_grace=0)
-    assert waiter.run().verdict == wait.MISSING_CONFIG_LINE
-    assert clock.now - 1000.0 < 1
-
-
-def test_late_suppression_notice_within_grace_falls_back_to_server_info():
-    # journald writes "Suppressed N messages" only after its interval ends and the unit logs again.
-    info = {"speculative_dflash_draft_window_size": 2048, "speculative_num_draft_tokens": 16}
-    looks = []
-
-    def suppressed(inv, since):
-        looks.append(clock.now)
-        return SUPPRESSED if len(looks) >= 4 else []
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD], server_info=info),
-                               suppressed=suppressed)
-    outcome = waiter.run()
+def test_slices_carry_the_wait_over_and_end_early_on_a_new_phase():
+    host = healthy_host(port_at=12.0)
+    first = waiter(host)
+    outcome = first.run(slice_seconds=10)
+    assert outcome.verdict == wait.WAITING and outcome.ok
+    assert host.now < 10  # returned at the first phase change, not at the slice's end
+    state = json.loads(json.dumps(first.to_state()))  # what travels between slices is plain JSON
+    states, events = [state], list(first.result()["events"])
+    while True:
+        nxt = waiter(host, resume=state)
+        outcome = nxt.run(slice_seconds=10)
+        events += nxt.result()["events"]
+        if outcome.verdict != wait.WAITING:
+            break
+        state = json.loads(json.dumps(nxt.to_state()))
+        states.append(state)
     assert outcome.verdict == wait.PASS, outcome.msg
-    assert waiter.result()["source"] == "server_info"
-    assert len(looks) == 4 and "suppression notice" not in outcome.msg
+    assert any(s["tracker"]["invocation_id"] == NEW and s["cursor"] for s in states)
+    assert all(s["tracker"]["after"] == OLD for s in states)
+    result = nxt.result()
+    assert result["phases"]["new_invocation"]["elapsed"] < result["phases"]["generate"]["elapsed"]
+    phases = [event["phase"] for event in events]
+    assert phases.index("waiting") < phases.index("new_invocation") < phases.index("loading_weights") \
+        < phases.index("kv_cache") < phases.index("port_open") < phases.index("generate")
+    assert sum(1 for event in events if event["phase"] == "new_invocation") == 1
+    assert len(states) <= 12  # slices end on phase changes, not on every line
 
 
-def test_timeout_during_grace_reports_the_missing_line_not_readiness():
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD]),
-                               suppressed=lambda inv, since: [], timeout=12)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.MISSING_CONFIG_LINE, outcome.msg
-    assert "no config line" in outcome.msg
+def test_a_slice_run_again_from_the_same_state_gives_the_same_verdict():
+    host = healthy_host(port_at=3.0)
+    first = waiter(host)
+    first.run(slice_seconds=2)
+    state = json.loads(json.dumps(first.to_state()))
+    outcome_a = waiter(host, resume=json.loads(json.dumps(state))).run()
+    outcome_b = waiter(host, resume=state).run()  # the same slice again (its answer was lost)
+    assert outcome_a.verdict == outcome_b.verdict == wait.PASS
 
 
-def test_config_line_found_by_grep_when_the_stream_had_gaps():
-    journal = Journal(NEW, [["decode"] * 3], grep=[CONFIG_2048.replace("TP0", "TP3"), CONFIG_2048], gaps=True)
-    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([GOOD]))
-    outcome = waiter.run()
-    assert outcome.verdict == wait.PASS and waiter.result()["config_line"] == CONFIG_2048
+def test_policy_coerces_jinja_strings():
+    policy = wait.Policy(timeout="30", min_ready_seconds="10", tick="0.5", accept_unverified=False)
+    assert (policy.timeout, policy.min_ready_seconds, policy.tick) == (30.0, 10.0, 0.5)
 
 
-def test_no_expectations_pass_without_config_line():
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD]), expect={})
-    assert waiter.run().verdict == wait.PASS
+# --------------------------------------------------------------------------- found on the lab (issue 8)
+
+def test_verify_only_compares_the_config_lines_it_looks_back_at():
+    # A running invocation (no restart, no receipt) whose journal holds another window: never a pass,
+    # and never a receipt of it.
+    journal = {NEW: timed(0.0, STARTUP[:6] + [CONFIG_512] + STARTUP[7:], 0.1)}
+    host = FakeHost(states=[(0.0, unit_state(NEW))], journal=journal, cmdline=COMMAND)
+    host.now = 100.0
+    outcome, result, w = run(host, after=None, command=None)
+    assert outcome.verdict == wait.MISMATCH, outcome.msg
+    assert "draft_window_size: expected 2048" in outcome.msg and "observed 512" in outcome.msg
+    assert not host.written
 
 
-SUPPRESSED = [{"count": 12345, "message": "Suppressed 12345 messages from sglang.service", "invocation_id": NEW}]
-
-
-def test_suppressed_falls_back_to_server_info_and_agrees():
-    info = {"speculative_dflash_draft_window_size": 2048, "speculative_num_draft_tokens": 16, "version": "0.5.11"}
-    calls = []
-
-    def suppressed(inv, since):
-        calls.append((inv, since))
-        return SUPPRESSED
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD], server_info=info),
-                               suppressed=suppressed)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.PASS, outcome.msg
-    result = waiter.result()
-    assert result["source"] == "server_info"
-    assert result["observed"] == {"draft_window_size": 2048, "compact_cache": True, "block_size": 16}
-    assert result["suppression"]["messages_dropped"] == 12345
-    assert any("compared with /server_info" in note for note in result["notes"])
-    assert calls == [(NEW, "Sun 2026-11-29 10:00:00 UTC")]
-
-
-def test_suppressed_falls_back_to_server_info_and_disagrees():
-    info = {"speculative_draft_window_size": None, "speculative_num_draft_tokens": 16}
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD], server_info=info),
-                               suppressed=lambda inv, since: SUPPRESSED)
-    outcome = waiter.run()
+def test_a_config_line_mismatch_names_what_the_command_line_shows():
+    # Off intended; a drop-in launched DFLASH: the message names the line, the command line and the drop-in.
+    off_command = COMMAND[:5]
+    effective = EffectiveUnit({"DropInPaths": "/etc/systemd/system/sglang.service.d/override.conf"})
+    host = healthy_host(cmdline=COMMAND, effective=effective)
+    outcome, result, w = run(host, expect={}, config_line="absent", command=off_command, environment={})
     assert outcome.verdict == wait.MISMATCH
-    assert "observed None in /server_info of invocation %s" % NEW in outcome.msg
-    assert "journald rate limiting dropped 12345 messages" in outcome.msg
+    assert "expected no draft-runner line (speculative decoding off), but it logged" in outcome.msg
+    assert "--speculative-algorithm: expected nothing, observed DFLASH on the command line of its main process " \
+           "4242" in outcome.msg
+    assert "drop-ins of sglang.service: /etc/systemd/system/sglang.service.d/override.conf" in outcome.msg
+    assert result["launched"]["command_checked"]
 
 
-def test_suppressed_and_server_info_unreachable_says_so():
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [["x"]])}, Http([GOOD]),
-                               suppressed=lambda inv, since: SUPPRESSED)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.MISSING_CONFIG_LINE
-    assert "journald rate limiting dropped" in outcome.msg and "/server_info could not stand in" in outcome.msg
+def test_journal_grace_makes_the_idle_server_log_so_journald_can_write_its_notice():
+    # journald writes "Suppressed N messages" only when the unit logs again: the wait sends /generate
+    # now and then while it waits for a line after the config line's place.
+    lines = list(STARTUP[:6])
+    host = healthy_host(journal={NEW: timed(2.0, lines, 0.2)})
+    outcome, result, w = run(host, journal_grace=10)
+    assert outcome.verdict == wait.UNVERIFIED
+    assert 4 <= host.calls.count("generate") <= 8, host.calls.count("generate")
 
 
-def test_generate_that_hangs_is_bounded_by_the_remaining_time():
-    clock = Clock()
-
-    def hang(timeout):
-        clock.now += timeout  # the request blocks for its whole timeout
-        return Response(TIMEOUT, error="timed out")
-    journals = {NEW: Journal(NEW, [[CONFIG_2048]])}
-    http = Http([hang])
-    waiter, clock, made = make([unit(NEW)], journals, http, clock=clock, timeout=100, request_timeout=60)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.TIMEOUT
-    assert clock.now - 1000 <= 100.0001
-    assert http.calls[0] == 60 and all(t <= 60 for t in http.calls) and http.calls[-1] < 60
-    assert "/generate not answering yet (no answer within the request timeout)" in outcome.msg
+def test_a_death_seen_before_its_lines_were_read_names_the_phase_they_show():
+    # The process logged its config line and died before the wait first looked at the unit.
+    lines = STARTUP[:7] + ["Received sigquit from a child process. It usually means the child failed."]
+    failed = unit_state(NEW, "failed", "failed", result="signal", code="2", status="9")
+    host = FakeHost(states=[(0.0, failed)], journal={NEW: timed(0.0, lines, 0.01)}, cmdline=COMMAND)
+    host.now = 5.0
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.DIED
+    assert "while draft runner initialised: block_size=16, draft_window_size=2048" in outcome.msg, outcome.msg
+    assert "code=killed, status=9/KILL, Result signal" in outcome.msg
+    assert outcome.msg.count("status=9/KILL") == 1  # said once
+    assert result["journal_tail"][-1].startswith("Received sigquit")
 
 
-def test_unauthorized_fails_fast():
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [[CONFIG_2048]])},
-                               Http([Response(HTTP, 401, '{"error": "Unauthorized"}')]))
-    outcome = waiter.run()
-    assert outcome.verdict == wait.UNAUTHORIZED and "api_key" in outcome.msg
+def test_a_crash_loop_seen_at_the_start_of_a_slice_reads_the_last_lines_first():
+    # Each slice starts without a journal follower: the lines logged since its cursor (the crash) and
+    # systemd's exit notes must be read before the verdict, not only the tail the last slice kept.
+    host = healthy_host()
+    first = waiter(host, min_ready_seconds=10)
+    while first.run(slice_seconds=2).verdict == wait.WAITING and first.generate is None:
+        first = waiter(host, resume=json.loads(json.dumps(first.to_state())), min_ready_seconds=10)
+    assert first.generate is not None  # settling
+    state = json.loads(json.dumps(first.to_state()))
+    now = host.now
+    crash = ["Scheduler hit an exception: RuntimeError: CUDA error (simulated crash_after_ready)",
+             "Received sigquit from a child process. It usually means the child failed."]
+    host.journal[NEW] += timed(now - 0.5, crash, 0.1) + [
+        (now - 0.3, entry("sglang.service: Main process exited, code=killed, status=9/KILL", systemd=True,
+                          EXIT_CODE="killed", EXIT_STATUS="9")),
+        (now - 0.2, entry("sglang.service: Failed with result 'signal'.", systemd=True))]
+    host.states = host.states + [(now - 0.1, unit_state(NEWER, restarts=1))]
+    outcome = waiter(host, resume=state, min_ready_seconds=10).run(slice_seconds=2)
+    assert outcome.verdict == wait.CRASH_LOOP, outcome.msg
+    assert "settling after its first good /generate" in outcome.msg
+    assert "code=killed, status=9/KILL, Result signal" in outcome.msg
+    assert "Cause: Received sigquit from a child process" in outcome.msg
+    assert not host.written
 
 
-def test_check_mode_with_after_invocation_does_not_wait():
-    waiter, clock, made = make([unit(OLD)], {}, Http([GOOD]), check_mode=True)
-    outcome = waiter.run()
-    assert outcome.ok and outcome.verdict == wait.CHECK_MODE and clock.sleeps == [] and made == {}
-
-
-def test_verify_mode_checks_the_current_invocation_read_only():
-    journal = Journal(NEW, [["decode batch"] * 20], grep=[CONFIG_2048], gaps=True)
-    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([GOOD]), after_invocation=None, check_mode=True)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.PASS, outcome.msg
-    assert journal.start_lines == 20 and journal.grepped == 1
-    assert "invocation" in waiter.result()["phases"]
-
-
-def test_verify_mode_detects_drift():
-    journal = Journal(NEW, [["x"]], grep=[CONFIG_NONE], gaps=True)
-    waiter, clock, made = make([unit(NEW)], {NEW: journal}, Http([GOOD]), after_invocation=None)
-    assert waiter.run().verdict == wait.MISMATCH
-
-
-def test_verify_mode_unit_not_running():
-    waiter, clock, made = make([unit("", "inactive", "dead")], {}, Http([GOOD]), after_invocation=None)
-    outcome = waiter.run()
-    assert outcome.verdict == wait.NOT_ACTIVE and "not running" in outcome.msg
-
-
-def test_unit_not_found():
-    state = UnitState({"LoadState": "not-found"})
-    waiter, clock, made = make([state], {}, Http([GOOD]))
-    assert waiter.run().verdict == wait.NOT_FOUND
-
-
-def test_transient_systemctl_error_is_retried():
-    from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import SystemdError
-
-    class Flaky(Systemd):
-        def __init__(self):
-            Systemd.__init__(self, [unit(NEW)])
-            self.failed = False
-
-        def state(self):
-            if not self.failed:
-                self.failed = True
-                raise SystemdError("Failed to connect to bus")
-            return Systemd.state(self)
-    waiter, clock, made = make([unit(NEW)], {NEW: Journal(NEW, [[CONFIG_2048]])}, Http([GOOD]))
-    waiter.systemd = Flaky()
-    assert waiter.run().verdict == wait.PASS
+def test_a_new_invocation_first_seen_while_systemd_restarts_it_is_a_crash_loop():
+    # The wait attached late: the first new invocation it sees has already died and Restart= is on it.
+    restarting = unit_state(NEW, "activating", "auto-restart", restarts=1, pid=0, result="signal", code="2",
+                            status="9")
+    host = FakeHost(states=[(0.0, restarting)], journal={NEW: timed(0.0, STARTUP[:3], 0.01)}, cmdline=COMMAND)
+    host.now = 5.0
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.CRASH_LOOP, outcome.msg
+    assert "ended before it could be checked (activating/auto-restart, code=killed, status=9/KILL, Result signal)" \
+        in outcome.msg
+    failed = unit_state(NEW, "failed", "failed", pid=0, result="exit-code", code="1", status="1")
+    outcome, result, w = run(FakeHost(states=[(0.0, failed)], cmdline=COMMAND))
+    assert outcome.verdict == wait.DIED and "status=1/FAILURE, Result exit-code" in outcome.msg

@@ -9,7 +9,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _router
-from ansible_collections.gpufleet.inference.plugins.module_utils._router import HttpResult
+from ansible_collections.gpufleet.inference.plugins.module_utils._router import http_result
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
 
 ROUTER = "http://127.0.0.1:30080"
@@ -42,13 +42,13 @@ def fake_transport(workers):
 
     def transport(method, url, payload, headers, timeout):
         if method == "GET" and url == ROUTER + "/workers":
-            return HttpResult(200, json.dumps({"workers": listing}))
+            return http_result(200, json.dumps({"workers": listing}))
         if method == "DELETE":
             wid = url.rsplit("/", 1)[1]
             listing[:] = [w for w in listing if w["id"] != wid]
-            return HttpResult(202, "{}")
+            return http_result(202, "{}")
         if url.endswith("/v1/loads"):
-            return HttpResult(200, json.dumps({"aggregate": {"total_reqs": 0}}))
+            return http_result(200, json.dumps({"aggregate": {"total_reqs": 0}}))
         raise AssertionError("unexpected %s %s" % (method, url))
 
     return transport
@@ -69,14 +69,14 @@ def test_run_returns_diff_of_worker_urls():
 
 def test_main_fails_with_the_router_error(module_exits, monkeypatch):
     def transport(method, url, payload, headers, timeout):
-        return HttpResult(error="[Errno 111] Connection refused")
+        return http_result(error="[Errno 111] Connection refused")
 
     monkeypatch.setattr(_router, "open_url_transport", lambda validate_certs=True: transport)
     monkeypatch.setattr(sglang_router_worker, "open_url_transport", lambda validate_certs=True: transport)
     with patch_module_args({"router_url": ROUTER, "worker_url": W1, "state": "absent"}):
         with pytest.raises(Fail) as failed:
             sglang_router_worker.main()
-    assert "listing the router's workers at %s/workers: no answer" % ROUTER in failed.value.args[0]["msg"]
+    assert "listing the router's workers at %s/workers: connection refused" % ROUTER in failed.value.args[0]["msg"]
 
 
 def test_main_check_mode_without_diff(module_exits, monkeypatch):

@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What counts as evidence that a process runs the intended settings, and the verdicts it allows.
+
+Private to this collection: no compatibility promise. Pure except for the receipt file I/O.
+
+Only what the running process says about itself counts: its config line(s) in the journal of its
+own invocation, or a receipt written when that same invocation was verified. /server_info echoes
+the parsed arguments and proves nothing about the runtime. Without evidence the verdict is
+``unverified``, never ``pass``.
+
+Which config line counts: ALL of them. A process that logs the config line twice (a draft worker
+re-initialised, e.g. after an error) ran with each setting for a while; every rank-0 line of the
+invocation must agree with the intent, and one that does not is a mismatch naming which line.
+Taking only the last one would pass a process whose first worker ran other settings; taking only
+the first would miss a re-initialisation into other settings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
+
+REQUIRED = "required"   # a config line must be logged and agree
+ABSENT = "absent"       # no draft-runner line may be logged (speculative decoding off)
+OPTIONAL = "optional"   # compare lines if any; none is fine
+CONFIG_LINE_MODES = (REQUIRED, ABSENT, OPTIONAL)
+
+# Outcomes of judging an invocation without a config line.
+CONCLUSIVE = "conclusive"    # the journal kept the place where the line belongs: it was not logged
+LOST = "lost"                # journald dropped lines of the invocation (rate limit)
+NO_START = "no_start"        # the invocation's first line is gone (retention) or never came
+INCOMPLETE = "incomplete"    # nothing logged after the line's place yet: cannot tell
+
+RECEIPT_VERSION = 1
+
+
+def config_line_mode(mode, expect):
+    """The effective mode: an explicit one, else required when values are expected, else optional."""
+    if mode:
+        return mode
+    return REQUIRED if expect else OPTIONAL
+
+
+def mismatches(expect, mode, lines):
+    """Mismatches of every config line against the intent: list of {key, expected, observed, line}.
+
+    With mode ABSENT any draft-runner line is a mismatch (key ``draft_runner``).
+    """
+    found = []
+    if mode == ABSENT:
+        for index, line in enumerate(lines):
+            found.append({"key": "draft_runner", "expected": "no draft-runner line (speculative decoding off)",
+                          "observed": line.get("line"), "occurrence": index + 1})
+        return found
+    for index, line in enumerate(lines):
+        for item in cfg.compare(expect, line["values"]):
+            item["occurrence"] = index + 1
+            item["line"] = line.get("line")
+            found.append(item)
+    return found
+
+
+def journal_completeness(start_seen, after_config_seen, notices):
+    """Why an invocation's journal may lack its config line: CONCLUSIVE, LOST, NO_START or INCOMPLETE.
+
+    journald writes its "Suppressed N messages" notice right before the first message it accepts
+    again, so once a line logged after the config line's place is in the journal, any loss in
+    between has left its notice already.
+    """
+    if notices:
+        return LOST
+    if not start_seen:
+        return NO_START
+    if not after_config_seen:
+        return INCOMPLETE
+    return CONCLUSIVE
+
+
+# ------------------------------------------------------------------------------ receipts
+
+def receipt_path(directory, unit):
+    return os.path.join(directory, "%s.json" % unit)
+
+
+def make_receipt(unit, invocation_id, main_pid, expect, mode, config_lines, command, verified_at):
+    """What a verification saw, kept on the host for checks after the journal lost the start."""
+    return {
+        "version": RECEIPT_VERSION,
+        "unit": unit,
+        "invocation_id": invocation_id,
+        "main_pid": main_pid,
+        "verified_at": verified_at,
+        "expect": cfg.normalize_expect(expect),
+        "config_line_mode": mode,
+        "config_lines": [{"line": line.get("line"), "values": line.get("values"),
+                          "cursor": line.get("cursor"), "realtime_usec": line.get("realtime_usec")}
+                         for line in config_lines],
+        "command": command,
+    }
+
+
+def read_receipt(path):
+    """The receipt at `path`, or None when there is none or it is unreadable."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != RECEIPT_VERSION:
+        return None
+    return data
+
+
+def receipt_of(receipt, unit, invocation_id):
+    """The receipt if it was written for this very invocation of this unit, else None."""
+    if receipt and invocation_id and receipt.get("unit") == unit and receipt.get("invocation_id") == invocation_id:
+        return receipt
+    return None
+
+
+def write_receipt(path, receipt):
+    """Atomically (temp file + rename), mode 0644: a receipt holds no secret."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    handle, tmp = tempfile.mkstemp(prefix=".receipt-", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump(receipt, out, indent=2, sort_keys=True)
+            out.write("\n")
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except Exception:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

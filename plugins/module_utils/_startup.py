@@ -1,0 +1,182 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What one SGLang invocation's journal says about its startup: phase, progress, config lines.
+
+Private to this collection: no compatibility promise. Pure: entries in, facts out.
+
+SGLang's startup lines (0.5.11-0.5.23), in order: ``server_args=...``; per rank ``Load weight
+begin``; ``Loading safetensors checkpoint shards: NN% Completed | k/n``; ``Load weight end``;
+``KV Cache is allocated``; ``Capture cuda graph begin``/``end``; the draft model's weights; the
+config line ``Initialized DFLASH draft runner. ...``; ``max_total_num_tokens=...``; uvicorn's
+``Started server process`` / ``Uvicorn running on``; the warmup ``/generate``; ``The server is
+fired up and ready to roll!``. Every line after the config line proves that journald kept the
+stretch of the log where the config line belongs (see _evidence).
+"""
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
+from ansible_collections.gpufleet.inference.plugins.module_utils._journal import JournalError
+from ansible_collections.gpufleet.inference.plugins.module_utils._process import redact_text
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import describe_exit
+
+# Phases in startup order; a line never moves the phase backwards.
+PHASES = ("starting", "loading_weights", "weights_loaded", "kv_cache", "cuda_graph",
+          "draft_runner", "port_open", "ready")
+PHASE_TEXT = {
+    "starting": "starting",
+    "loading_weights": "loading weights",
+    "weights_loaded": "weights loaded",
+    "kv_cache": "KV cache allocated",
+    "cuda_graph": "capturing CUDA graphs",
+    "draft_runner": "draft runner initialised",
+    "port_open": "HTTP server up",
+    "ready": "warmed up (fired up and ready to roll)",
+}
+_FAILED_WITH = re.compile(r"Failed with result '([^']+)'")  # systemd's note: the unit's Result
+_SHARDS = re.compile(r"checkpoint shards:\s*(\d+)% Completed \|\s*(\d+)/(\d+)")
+_MARKERS = (
+    ("server_args=", "starting"),
+    ("Load weight begin", "loading_weights"),
+    ("Load weight end", "weights_loaded"),
+    ("KV Cache is allocated", "kv_cache"),
+    ("Capture cuda graph begin", "cuda_graph"),
+    ("Uvicorn running on", "port_open"),
+    # served requests: uvicorn's access log and the scheduler's batch lines
+    ('"POST /', "port_open"),
+    ('"GET /', "port_open"),
+    ("Prefill batch", "port_open"),
+    ("Decode batch", "port_open"),
+    ("The server is fired up and ready to roll", "ready"),
+)
+# What journalctl --grep must find to judge a long-running invocation without reading all of it:
+# its first line, its config lines, and a line that comes after the config line.
+GREP_PATTERN = r"server_args=|%s|Uvicorn running on|fired up and ready to roll" % cfg.GREP_PATTERN
+
+
+def classify(message):
+    """(phase, detail) for a startup line, else None. Shard progress reports loading_weights."""
+    shards = _SHARDS.search(message)
+    if shards:
+        return "loading_weights", "shard %s/%s (%s%%)" % (shards.group(2), shards.group(3), shards.group(1))
+    for marker, phase in _MARKERS:
+        if marker in message:
+            return phase, None
+    return None
+
+
+class StartupLog(object):
+    """Facts about one invocation, fed with its journal entries in order; serialisable.
+
+    ``start_seen``: its first line (``server_args=``) is in the journal, i.e. retention kept the
+    start. ``after_config_seen``: a line that SGLang logs after the config line's place (warmup,
+    uvicorn, access log, our own /generate) is in the journal, so journald stored that stretch or
+    wrote its "Suppressed" notice before it. ``config_lines``: every rank-0 config line.
+    """
+
+    FIELDS = ("phase", "detail", "start_seen", "after_config_seen", "config_lines", "exit",
+              "systemd_messages", "lines_seen")
+
+    def __init__(self, state=None):
+        state = state or {}
+        self.phase = state.get("phase", "starting")
+        self.detail = state.get("detail")
+        self.start_seen = state.get("start_seen", False)
+        self.after_config_seen = state.get("after_config_seen", False)
+        self.config_lines = list(state.get("config_lines", []))
+        self.exit = state.get("exit")
+        self.systemd_messages = list(state.get("systemd_messages", []))
+        self.lines_seen = state.get("lines_seen", 0)
+        self.events = []  # (phase, detail) changes since the caller last took them
+
+    def to_state(self):
+        return dict((name, getattr(self, name)) for name in self.FIELDS)
+
+    def _advance(self, phase, detail):
+        if PHASES.index(phase) < PHASES.index(self.phase):
+            return
+        if phase == self.phase and detail is None:
+            return  # another rank's line of the same phase: nothing new
+        if (phase, detail) != (self.phase, self.detail):
+            self.phase, self.detail = phase, detail
+            self.events.append((phase, detail))
+
+    def feed(self, entries):
+        """Take entries in journal order."""
+        for entry in entries:
+            if entry.from_systemd:
+                self._systemd(entry)
+                continue
+            self.lines_seen += 1
+            message = entry.message
+            parsed = cfg.parse_config_line(message)
+            if parsed is not None:
+                if parsed["rank0"]:
+                    parsed["cursor"] = entry.cursor
+                    parsed["realtime_usec"] = entry.realtime_usec
+                    parsed["line"] = redact_text(parsed["line"])
+                    self.config_lines.append(parsed)
+                    self._advance("draft_runner", _config_detail(parsed["values"]))
+                continue
+            found = classify(message)
+            if found is None:
+                continue
+            phase, detail = found
+            if phase == "starting":
+                self.start_seen = True
+            if PHASES.index(phase) >= PHASES.index("port_open"):
+                self.after_config_seen = True
+            self._advance(phase, detail)
+
+    def _systemd(self, entry):
+        fields = entry.fields
+        if fields.get("EXIT_CODE") or fields.get("EXIT_STATUS"):
+            self.exit = describe_exit(fields.get("EXIT_CODE"), fields.get("EXIT_STATUS")) or "code=%s, status=%s" % (
+                fields.get("EXIT_CODE", "?"), fields.get("EXIT_STATUS", "?"))
+        result = _FAILED_WITH.search(entry.message or "")
+        if result and "Result " not in (self.exit or ""):
+            self.exit = "%s, Result %s" % (self.exit, result.group(1)) if self.exit else "Result %s" % result.group(1)
+        self.systemd_messages = (self.systemd_messages + [entry.message])[-5:]
+
+    def take_events(self):
+        events, self.events = self.events, []
+        return events
+
+    def describe(self):
+        return describe_phase(self.phase, self.detail)
+
+
+def describe_phase(phase, detail=None):
+    text = PHASE_TEXT.get(phase, phase)
+    return "%s: %s" % (text, detail) if detail else text
+
+
+def _config_detail(values):
+    shown = ("block_size", "draft_window_size", "compact_cache", "tree_budget")
+    return ", ".join("%s=%s" % (key, cfg.render(values[key])) for key in shown if key in values)
+
+
+def look_back(host, invocation_id):
+    """A running invocation's evidence without reading its whole journal.
+
+    Its receipt when one was written for this very invocation, else a search of its journal for
+    the startup landmarks (GREP_PATTERN). Returns (log, receipt, entries, note): ``log`` a
+    StartupLog fed with what was found, ``note`` why the journal could not be searched (or None).
+    The one lookup the wait, the drift check and sglang_info share.
+    """
+    log = StartupLog()
+    receipt = host.receipt_for(invocation_id)
+    if receipt is not None:
+        return log, receipt, [], None
+    try:
+        entries = host.grep(invocation_id)
+    except JournalError as exc:
+        return log, None, [], "could not search the journal of invocation %s: %s" % (invocation_id, exc)
+    if entries is None:
+        return log, None, [], "journalctl here cannot --grep; the journal of invocation %s was not searched" % (
+            invocation_id)
+    log.feed(entries)
+    log.take_events()
+    return log, None, entries, None

@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The one HTTP client: every network outcome is a Response, the key only in the Authorization header."""
+import io
+import json
+import socket
+import ssl
+from urllib.error import HTTPError, URLError
+
+import pytest
+
+from ansible.module_utils import urls
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _http as http
+
+
+class FakeResp(object):
+    def __init__(self, status, body, with_status=True):
+        if with_status:
+            self.status = status
+        self.code = status
+        self.body = body
+
+    def read(self):
+        return self.body
+
+    def getcode(self):
+        return self.code
+
+
+@pytest.fixture
+def open_url(monkeypatch):
+    """Patches ansible.module_utils.urls.open_url (imported by the transport at call time)."""
+    calls = []
+    outcomes = []
+
+    def fake(url, **kwargs):
+        calls.append((url, kwargs))
+        if not outcomes:
+            return FakeResp(200, b"{}")
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+    monkeypatch.setattr(urls, "open_url", fake)
+    fake.calls = calls
+    fake.outcomes = outcomes
+    return fake
+
+
+# --------------------------------------------------------------------------- Response
+
+def test_response_kinds_and_port_open():
+    ok = http.Response(http.HTTP, 200, '{"a": 1}')
+    assert ok.json() == {"a": 1} and ok.text == '{"a": 1}' and ok.port_open
+    assert http.Response(http.TIMEOUT, error="timed out").port_open  # something accepted and hung
+    assert not http.Response(http.REFUSED, error="refused").port_open
+    assert not http.Response(http.ERROR, error="boom").port_open
+    # a status only comes with an HTTP answer
+    assert http.Response(http.REFUSED, 200).status is None
+
+
+def test_response_json_of_garbage_or_empty_is_none():
+    assert http.Response(http.HTTP, 200, "not json").json() is None
+    assert http.Response(http.HTTP, 200, "").json() is None
+    assert http.Response(http.HTTP, 200, None).body == ""
+
+
+def test_describe():
+    assert http.Response(http.HTTP, 200, "big body").describe() == "HTTP 200"  # no body for a success
+    long_error = "x\n" * 400
+    text = http.Response(http.HTTP, 503, long_error).describe()
+    assert text.startswith("HTTP 503 x x") and "\n" not in text and len(text) <= len("HTTP 503 ") + 300
+    assert http.Response(http.HTTP, 404, "").describe() == "HTTP 404"
+    assert http.Response(http.REFUSED).describe() == "connection refused"
+    assert http.Response(http.TIMEOUT).describe() == "no answer within the request timeout"
+    assert http.Response(http.ERROR, error="SSLError: bad cert").describe() == "error: SSLError: bad cert"
+
+
+def test_text_of():
+    assert http.text_of(b"caf\xc3\xa9 \xff") == u"caf\xe9 \ufffd"
+    assert http.text_of(None) == "" and http.text_of("s") == "s"
+
+
+# --------------------------------------------------------------------------- HttpClient + open_url
+
+def test_post_sends_json_bearer_key_and_timeout(open_url):
+    open_url.outcomes.append(FakeResp(200, b'{"text": " Paris"}'))
+    client = http.HttpClient(" http://127.0.0.1:30000/ ", "sekret", validate_certs=False)
+    resp = client.post("/generate", {"text": "hi"}, timeout=2.5)
+    assert (resp.kind, resp.status, resp.json()) == (http.HTTP, 200, {"text": " Paris"})
+    url, kwargs = open_url.calls[0]
+    assert url == "http://127.0.0.1:30000/generate"
+    assert kwargs["method"] == "POST" and kwargs["timeout"] == 2.5
+    assert kwargs["headers"] == {"Accept": "application/json", "Authorization": "Bearer sekret",
+                                 "Content-Type": "application/json"}
+    assert json.loads(kwargs["data"]) == {"text": "hi"}
+    assert kwargs["validate_certs"] is False and kwargs["follow_redirects"] == "none"
+    # the key is never part of what a Response carries
+    assert "sekret" not in repr(vars(resp))
+
+
+def test_get_without_key_has_no_authorization_and_no_body(open_url):
+    client = http.HttpClient("http://h:1", timeout=7)
+    client.get("/server_info")
+    client.delete("/workers/x")
+    (url, get_kwargs), (durl, del_kwargs) = open_url.calls
+    assert get_kwargs["method"] == "GET" and get_kwargs["data"] is None and get_kwargs["timeout"] == 7
+    assert "Authorization" not in get_kwargs["headers"] and "Content-Type" not in get_kwargs["headers"]
+    assert get_kwargs["validate_certs"] is True
+    assert (durl, del_kwargs["method"]) == ("http://h:1/workers/x", "DELETE")
+
+
+@pytest.mark.parametrize("timeout,sent", [(0, 0.1), (-3, 0.1), (0.05, 0.1), ("2", 2.0), (0.5, 0.5)])
+def test_timeout_floor(open_url, timeout, sent):
+    # a deadline already passed still gets a short, real request (open_url treats 0 as "no timeout")
+    http.HttpClient("http://h:1").get("/x", timeout=timeout)
+    assert open_url.calls[0][1]["timeout"] == sent
+
+
+def test_status_from_getcode_when_the_response_has_no_status(open_url):
+    open_url.outcomes.append(FakeResp(204, b"", with_status=False))
+    resp = http.HttpClient("http://h:1").get("/x")
+    assert (resp.kind, resp.status) == (http.HTTP, 204)
+
+
+def test_http_error_is_an_answer_with_its_status_and_body(open_url):
+    open_url.outcomes.append(HTTPError("http://h:1/generate", 503, "Service Unavailable", {},
+                                       io.BytesIO(b'{"error": "starting"}')))
+    resp = http.HttpClient("http://h:1").post("/generate", {})
+    assert (resp.kind, resp.status, resp.port_open) == (http.HTTP, 503, True)
+    assert resp.json() == {"error": "starting"}
+
+
+def test_http_error_with_unreadable_body(open_url):
+    class Broken(io.BytesIO):
+        def read(self, *args):
+            raise IOError("connection reset while reading")
+    open_url.outcomes.append(HTTPError("http://h:1/x", 401, "Unauthorized", {}, Broken()))
+    resp = http.HttpClient("http://h:1").get("/x")
+    assert (resp.kind, resp.status, resp.body) == (http.HTTP, 401, "")
+
+
+@pytest.mark.parametrize("exc,kind", [
+    (URLError(ConnectionRefusedError(111, "Connection refused")), http.REFUSED),
+    (ConnectionRefusedError(111, "Connection refused"), http.REFUSED),
+    (URLError(OSError(111, "Connection refused")), http.REFUSED),
+    (URLError(socket.timeout("timed out")), http.TIMEOUT),
+    (socket.timeout("timed out"), http.TIMEOUT),
+    (TimeoutError("The read operation timed out"), http.TIMEOUT),
+    (URLError("Name or service not known"), http.ERROR),
+    (URLError(socket.gaierror(-2, "Name or service not known")), http.ERROR),
+    (ssl.SSLError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"), http.ERROR),
+    (ConnectionResetError(104, "Connection reset by peer"), http.ERROR),
+    (ValueError("unknown url type: 'h'"), http.ERROR),
+])
+def test_network_outcomes_never_raise(open_url, exc, kind):
+    open_url.outcomes.append(exc)
+    resp = http.HttpClient("http://h:1").post("/generate", {"text": "x"}, timeout=1)
+    assert resp.kind == kind and resp.status is None
+    assert resp.port_open == (kind == http.TIMEOUT)
+    assert resp.error  # says what happened
+    if kind == http.ERROR:
+        assert type(getattr(exc, "reason", exc)).__name__ in resp.error or "URLError" in resp.error
+
+
+def test_injected_transport_gets_base_url_headers_and_default_timeout():
+    seen = []
+
+    def transport(method, url, payload, headers, timeout):
+        seen.append((method, url, payload, headers, timeout))
+        return http.Response(http.HTTP, 200, "{}")
+    client = http.HttpClient("https://h:443/", "k", transport=transport, timeout=11.0)
+    client.post("/p", {"a": 1})
+    client.get("/g", timeout=3)
+    assert seen[0] == ("POST", "https://h:443/p", {"a": 1}, {"Accept": "application/json",
+                                                             "Authorization": "Bearer k"}, 11.0)
+    assert seen[1][:3] == ("GET", "https://h:443/g", None) and seen[1][4] == 3
+
+
+def test_auth_headers():
+    assert http.auth_headers() == {"Accept": "application/json"}
+    assert http.auth_headers("") == {"Accept": "application/json"}
+    assert http.auth_headers("k")["Authorization"] == "Bearer k"
