@@ -1,0 +1,272 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The bookkeeping of a rollout on the controller: inputs, lock, run ids, records, summary.
+
+Private to this collection: no compatibility promise. Pure functions plus file I/O under one
+results root, used by the ``sglang_rollout`` action plugin.
+
+Layout of a results root (``rollout_results_dir``)::
+
+    lock.json                  who rolls out now (run id, controller, pid + its start, user, time)
+    fleet/<host>.json          the last known state of each host, whichever run left it
+    <run id>/<host>.json       what this run did on the host (rewritten at every step)
+    <run id>/summary.json      every host file of the run, regenerated with each write
+    <run id>/run.json          the run itself: status, request, resumed from, lock broken
+
+Every file is written to a temporary name and renamed, under an fcntl lock of the root, so a
+reader (or an interrupted run) never sees a half-written record and the summary always agrees
+with the host files.
+"""
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import re
+import secrets
+import socket
+import tempfile
+
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+LOCK = "lock.json"
+FLEET = "fleet"
+
+
+class RolloutError(Exception):
+    """A plain-words error: bad input, a held lock, an unreadable record."""
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def parse_count(value, name, allow_zero=True):
+    """An int >= 0 (>= 1 unless allow_zero) or 'N%': returns int or the string 'N%'."""
+    if isinstance(value, bool):
+        raise RolloutError("%s must be a number or a percentage like '25%%', got %r" % (name, value))
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and _PERCENT.match(value):
+        percent = float(_PERCENT.match(value).group(1))
+        if percent > 100 or (percent <= 0 and not allow_zero):
+            lowest = "0" if allow_zero else "above 0"
+            raise RolloutError("%s percentage must be %s..100, got %r" % (name, lowest, value))
+        return "%g%%" % percent
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        raise RolloutError("%s must be a number or a percentage like '25%%', got %r" % (name, value))
+    if number < (0 if allow_zero else 1):
+        raise RolloutError("%s must be %s, got %r" % (name, "0 or more" if allow_zero else "1 or more", value))
+    return number
+
+
+def parse_batches(value):
+    """rollout_batches as given (a list, a number, a '25%', or the text of a list from -e k=v)
+    -> a list for the play's ``serial`` (Ansible repeats its last element)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text.replace("'", '"'))
+            except ValueError:
+                raise RolloutError("rollout_batches %r is not a list like [1, '25%%'] (with -e, quote it: "
+                                   "-e '{\"rollout_batches\": [1, \"25%%\"]}')" % value)
+        else:
+            value = [p for p in re.split(r"[\s,]+", text) if p]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise RolloutError("rollout_batches must be a non-empty list of batch sizes (numbers or percentages like "
+                           "'25%%'), got %r" % (value,))
+    return [parse_count(item, "rollout_batches[%d]" % index, allow_zero=False) for index, item in enumerate(value)]
+
+
+def resolve_count(value, total):
+    """A parsed count against a group of `total`; a percentage rounds down, to at least 1 (as
+    Ansible's serial does)."""
+    if isinstance(value, str):
+        return max(1, int(float(value.rstrip("%")) / 100.0 * total))
+    return min(int(value), total)
+
+
+def batch_sizes(batches, total):
+    """The sizes of the batches Ansible's serial makes of `total` hosts (last element repeats)."""
+    sizes, left, index = [], total, 0
+    while left > 0:
+        size = max(1, resolve_count(batches[min(index, len(batches) - 1)], total))
+        size = min(size, left)
+        sizes.append(size)
+        left -= size
+        index += 1
+    return sizes
+
+
+# ------------------------------------------------------------------------------ files
+
+def utc_now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def iso(moment=None):
+    """UTC with milliseconds: step records are a few seconds apart."""
+    return (moment or utc_now()).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def parse_iso(text):
+    for fmt in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
+        try:
+            return datetime.datetime.strptime(text, fmt).replace(tzinfo=datetime.timezone.utc)
+        except (TypeError, ValueError):
+            continue
+    return None
+
+
+def new_run_id(moment=None):
+    """Unique even for runs started in the same second: time plus 6 random hex digits."""
+    return "%s-%s" % ((moment or utc_now()).strftime("%Y%m%dT%H%M%SZ"), secrets.token_hex(3))
+
+
+def check_run_id(run_id):
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id) or run_id in (FLEET,):
+        raise RolloutError("rollout_run_id %r must be letters, digits, '.', '_' or '-' (and not %r)" % (run_id, FLEET))
+    return run_id
+
+
+def write_json(path, data):
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump(data, out, indent=2, sort_keys=True, default=str)
+            out.write("\n")
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    except Exception:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (IOError, OSError, ValueError):
+        return default
+
+
+class RootLock(object):
+    """An fcntl lock on the results root: one writer at a time across the controller's forks."""
+
+    def __init__(self, root):
+        self.root = root
+        self.handle = None
+
+    def __enter__(self):
+        if not os.path.isdir(self.root):
+            os.makedirs(self.root, 0o755)
+        self.handle = open(os.path.join(self.root, ".write.lock"), "a")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+# ------------------------------------------------------------------------------ the fleet lock
+
+def process_start(pid, proc="/proc"):
+    """The start time of a process in clock ticks since boot (tells a reused PID apart), or None."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat")) as handle:
+            return int(handle.read().rsplit(")", 1)[-1].split()[19])
+    except (IOError, OSError, ValueError, IndexError):
+        return None
+
+
+def holder_alive(lock, controller=None, proc="/proc"):
+    """True/False for a lock taken on this controller, None when its liveness cannot be told here."""
+    if lock.get("controller") != (controller or socket.gethostname()):
+        return None
+    start = process_start(lock.get("pid"), proc)
+    return start is not None and start == lock.get("pid_start")
+
+
+def lock_age_hours(lock, now=None):
+    started = parse_iso(lock.get("started"))
+    if started is None:
+        return None
+    return ((now or utc_now()) - started).total_seconds() / 3600.0
+
+
+def describe_lock(lock):
+    return "run %s (pid %s on %s, user %s, started %s)" % (lock.get("run_id"), lock.get("pid"),
+                                                           lock.get("controller"), lock.get("user"),
+                                                           lock.get("started"))
+
+
+def decide_lock(lock, requested_run_id, break_lock, max_age_hours, alive, age_hours, run_finished):
+    """What to do about an existing lock: ('take', note) to resume or break it, else RolloutError.
+
+    A lock whose holder is alive is never taken. One whose holder is gone (an interrupted run)
+    is resumed by the next rollout with the same results root (its run id is kept), or broken
+    with break_lock (a new run). A lock whose holder cannot be checked (another controller) or
+    that is older than max_age_hours is only broken explicitly.
+    """
+    who = describe_lock(lock)
+    if alive is True:
+        old = age_hours is not None and age_hours > max_age_hours
+        raise RolloutError("another rollout holds this fleet's lock: %s%s. Wait for it to end (or stop that "
+                           "process); a rollout never runs beside another." % (
+                               who, "; it is %.0f hours old: if it hangs, stop it, then re-run" % age_hours
+                               if old else ""))
+    if break_lock:
+        return "take", "broke the lock of %s (rollout_break_lock)" % who
+    if alive is None:
+        raise RolloutError("the fleet's lock is held by %s on another controller; its process cannot be checked "
+                           "from here. If it is gone, re-run with -e rollout_break_lock=true." % who)
+    if requested_run_id and requested_run_id != lock.get("run_id"):
+        raise RolloutError("the fleet's lock is held by %s, which was interrupted (its process is gone), not by "
+                           "rollout_run_id %s. Resume it by re-running without rollout_run_id, or break it with "
+                           "-e rollout_break_lock=true." % (who, requested_run_id))
+    if run_finished:
+        return "take", "took over the lock of %s, left behind after it finished" % who
+    return "resume", "resuming %s: it was interrupted (its controller process is gone)" % who
+
+
+# ------------------------------------------------------------------------------ records
+
+STATUS_ORDER = ("failed", "verified, not rejoined", "interrupted", "in progress", "reverted", "updated",
+                "recovered", "unchanged (verified)", "would change", "in sync")
+
+
+def summarize(run, records):
+    """summary.json: the run and its host records, with counts (consistent with the host files)."""
+    counts = {}
+    for record in records:
+        counts[record.get("status", "?")] = counts.get(record.get("status", "?"), 0) + 1
+    return {"run": run, "counts": counts, "hosts": sorted(records, key=lambda r: r.get("host", ""))}
+
+
+def table(records):
+    """The end-of-rollout table: host, status, old -> new invocation, time to ready, config seen."""
+    rows = [("host", "status", "invocation (old -> new)", "ready", "config seen")]
+    for record in sorted(records, key=lambda r: r.get("host", "")):
+        old = (record.get("old_invocation") or "-")[:8]
+        new = (record.get("new_invocation") or "-")[:8]
+        ready = record.get("time_to_ready")
+        observed = record.get("observed") or {}
+        keys = ("draft_window_size", "block_size", "tree_budget", "compact_cache")
+        seen = ", ".join("%s=%s" % (key, observed[key]) for key in keys if key in observed)
+        rows.append((record.get("host", "?"), record.get("status", "?"), "%s -> %s" % (old, new),
+                     "%.1fs" % ready if isinstance(ready, (int, float)) else "-",
+                     seen or ("off" if record.get("config_line_mode") == "absent" else "-")))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)

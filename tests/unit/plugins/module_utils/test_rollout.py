@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""_rollout: the rollout's inputs, run ids, the fleet lock's decisions, records and the table."""
+import datetime
+import os
+import re
+
+import pytest
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
+
+
+@pytest.mark.parametrize("given,expected", [
+    ([1, "25%"], [1, "25%"]),
+    (2, [2]),
+    ("[2]", [2]),             # -e rollout_batches=[2]
+    ("[1, '25%']", [1, "25%"]),
+    ("1,50%", [1, "50%"]),
+    ("3", [3]),
+    ([1.0, " 10 % "], [1, "10%"]),
+])
+def test_batches_accept_every_honest_spelling(given, expected):
+    assert ro.parse_batches(given) == expected
+
+
+@pytest.mark.parametrize("given,message", [
+    ([], "non-empty list"),
+    ({"a": 1}, "non-empty list"),
+    ([0], r"rollout_batches\[0\] must be 1 or more"),
+    ([-1], r"rollout_batches\[0\] must be 1 or more"),
+    (["150%"], r"rollout_batches\[0\] percentage must be above 0..100"),
+    (["0%"], r"percentage must be above 0..100"),
+    (["abc"], "must be a number or a percentage"),
+    ([True], "must be a number or a percentage"),
+    ("[1, ", "is not a list like"),
+])
+def test_bad_batches_fail_naming_the_variable(given, message):
+    with pytest.raises(ro.RolloutError, match=message):
+        ro.parse_batches(given)
+
+
+@pytest.mark.parametrize("value,expected", [(0, 0), ("2", 2), ("25%", "25%"), ("0%", "0%")])
+def test_min_healthy_counts(value, expected):
+    assert ro.parse_count(value, "rollout_min_healthy") == expected
+
+
+def test_batch_sizes_follow_ansible_serial():
+    assert ro.batch_sizes([1, "25%"], 8) == [1, 2, 2, 2, 1]
+    assert ro.batch_sizes([1, "25%"], 3) == [1, 1, 1]   # 25 % of 3 rounds down, to at least 1
+    assert ro.batch_sizes([2], 5) == [2, 2, 1]
+    assert ro.batch_sizes([1, "100%"], 4) == [1, 3]
+
+
+def test_run_ids_are_unique_within_a_second():
+    moment = datetime.datetime(2026, 12, 1, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    ids = {ro.new_run_id(moment) for dummy in range(200)}
+    assert len(ids) == 200
+    assert all(re.fullmatch(r"20261201T100000Z-[0-9a-f]{6}", run_id) for run_id in ids)
+    assert ro.check_run_id("20261201T100000Z-abcdef")
+    for bad in ("../x", "fleet", "", "a b"):
+        with pytest.raises(ro.RolloutError):
+            ro.check_run_id(bad)
+
+
+def test_iso_has_milliseconds_and_parses_back():
+    text = ro.iso()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", text)
+    assert ro.parse_iso(text) is not None and ro.parse_iso("2026-12-01T10:00:00Z") is not None
+    assert ro.parse_iso("yesterday") is None
+
+
+def test_write_json_is_atomic_and_readable(tmp_path):
+    path = tmp_path / "a" / "b.json"
+    ro.write_json(str(path), {"x": 1})
+    assert ro.read_json(str(path)) == {"x": 1}
+    assert [p.name for p in path.parent.iterdir()] == ["b.json"]  # no temporary left
+    assert ro.read_json(str(tmp_path / "missing.json"), "default") == "default"
+    (tmp_path / "bad.json").write_text("{not json")
+    assert ro.read_json(str(tmp_path / "bad.json")) is None
+
+
+# --------------------------------------------------------------------------- the fleet lock
+
+LOCK = {"run_id": "R1", "pid": 4242, "pid_start": 777, "controller": "ctl", "user": "ops",
+        "started": "2026-12-01T10:00:00.000Z"}
+
+
+def test_a_live_holder_is_never_taken_even_with_break_lock():
+    with pytest.raises(ro.RolloutError, match=r"another rollout holds this fleet's lock: run R1 \(pid 4242 on ctl"):
+        ro.decide_lock(LOCK, None, True, 24, True, 1.0, False)
+    with pytest.raises(ro.RolloutError, match="30 hours old: if it hangs, stop it"):
+        ro.decide_lock(LOCK, None, False, 24, True, 30.0, False)
+
+
+def test_an_interrupted_run_is_resumed_by_the_next_rollout():
+    action, note = ro.decide_lock(LOCK, None, False, 24, False, 1.0, False)
+    assert action == "resume" and "resuming run R1" in note and "interrupted" in note
+    action, note = ro.decide_lock(LOCK, "R1", False, 24, False, 1.0, False)
+    assert action == "resume"
+
+
+def test_an_interrupted_lock_and_another_run_id_is_refused():
+    with pytest.raises(ro.RolloutError, match="not by rollout_run_id R2"):
+        ro.decide_lock(LOCK, "R2", False, 24, False, 1.0, False)
+
+
+def test_another_controllers_lock_only_with_break_lock():
+    with pytest.raises(ro.RolloutError, match="on another controller.*rollout_break_lock=true"):
+        ro.decide_lock(LOCK, None, False, 24, None, 1.0, False)
+    action, note = ro.decide_lock(LOCK, None, True, 24, None, 1.0, False)
+    assert action == "take" and "broke the lock of run R1" in note
+
+
+def test_a_finished_runs_leftover_lock_is_taken():
+    action, note = ro.decide_lock(LOCK, None, False, 24, False, 1.0, True)
+    assert action == "take" and "finished" in note
+
+
+def test_holder_alive_tells_a_reused_pid_apart(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "4242").mkdir(parents=True)
+    (proc / "4242" / "stat").write_text("4242 (ansible-playboo) S " + " ".join(["1"] * 18) + " 777 0 0\n")
+    lock = dict(LOCK, controller="me")
+    assert ro.holder_alive(lock, controller="me", proc=str(proc)) is True
+    assert ro.holder_alive(dict(lock, pid_start=778), controller="me", proc=str(proc)) is False  # reused PID
+    assert ro.holder_alive(dict(lock, pid=9999), controller="me", proc=str(proc)) is False        # gone
+    assert ro.holder_alive(lock, controller="other", proc=str(proc)) is None                      # cannot tell
+    assert ro.process_start(os.getpid()) is not None
+
+
+def test_lock_age():
+    now = datetime.datetime(2026, 12, 2, 10, 0, 0, tzinfo=datetime.timezone.utc)
+    assert ro.lock_age_hours(LOCK, now) == pytest.approx(24.0)
+    assert ro.lock_age_hours({"started": "garbage"}, now) is None
+
+
+def test_root_lock_serialises_writers(tmp_path):
+    with ro.RootLock(str(tmp_path / "root")):
+        assert (tmp_path / "root" / ".write.lock").exists()
+
+
+# --------------------------------------------------------------------------- records
+
+def test_summary_counts_agree_with_the_records():
+    records = [{"host": "b", "status": "updated"}, {"host": "a", "status": "failed"},
+               {"host": "c", "status": "updated"}]
+    summary = ro.summarize({"run_id": "R"}, records)
+    assert summary["counts"] == {"updated": 2, "failed": 1}
+    assert [r["host"] for r in summary["hosts"]] == ["a", "b", "c"]
+
+
+def test_table_one_line_per_host():
+    text = ro.table([
+        {"host": "gpu-2", "status": "updated", "old_invocation": "aaaaaaaa1111", "new_invocation": "bbbbbbbb2222",
+         "time_to_ready": 312.46, "observed": {"block_size": 16, "draft_window_size": 2048, "compact_cache": True}},
+        {"host": "gpu-1", "status": "unchanged (verified)", "old_invocation": "cccccccc3333",
+         "config_line_mode": "absent"},
+    ])
+    lines = text.splitlines()
+    assert lines[0].split() == ["host", "status", "invocation", "(old", "->", "new)", "ready", "config", "seen"]
+    assert lines[1].startswith("gpu-1") and lines[1].rstrip().endswith("off")
+    assert "aaaaaaaa -> bbbbbbbb" in lines[2] and "312.5s" in lines[2]
+    assert "draft_window_size=2048, block_size=16, compact_cache=True" in lines[2]
