@@ -177,9 +177,8 @@ png_path:
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._report import (
-    HAS_MATPLOTLIB,
-    MATPLOTLIB_IMPORT_ERROR,
     ReportError,
+    matplotlib_missing,
     query,
     write_report,
 )
@@ -202,8 +201,9 @@ def main():
     params = module.params
     if params["state"] == "query":
         module.exit_json(changed=False, **query(params["results_dir"], params["rows"], params["key_fields"]))
-    if params["chart"] and not HAS_MATPLOTLIB:
-        module.fail_json(msg=missing_required_lib("matplotlib"), exception=MATPLOTLIB_IMPORT_ERROR)
+    missing = matplotlib_missing() if params["chart"] else None
+    if missing:
+        module.fail_json(msg=missing_required_lib("matplotlib"), exception=missing)
     try:
         result = write_report(params["results_dir"], params["rows"], params["key_fields"], params["metric"],
                               params["higher_is_better"], params["title"], params["chart"], module.check_mode)

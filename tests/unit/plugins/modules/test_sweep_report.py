@@ -48,7 +48,7 @@ def test_check_mode_with_diff(tmp_path, module_exits):
 
 
 def test_missing_matplotlib(tmp_path, module_exits, monkeypatch):
-    monkeypatch.setattr(sweep_report, "HAS_MATPLOTLIB", False)
+    monkeypatch.setattr(sweep_report, "matplotlib_missing", lambda: "ImportError: No module named 'matplotlib'")
     result = call({"results_dir": str(tmp_path), "rows": ROWS})
     assert result["failed"] is True and "matplotlib" in result["msg"]
     without_chart = call({"results_dir": str(tmp_path), "rows": ROWS, "chart": False})
