@@ -18,6 +18,8 @@ import traceback
 
 # matplotlib is imported only where a chart is drawn: every gpufleet filter loads the filter
 # files, and a top-level import made each of them pay ~0.7 s of CPU on the controller.
+
+
 def matplotlib_missing():
     """None when matplotlib can be imported, else the import error (a traceback)."""
     try:

@@ -15,7 +15,7 @@ import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
 from ansible_collections.gpufleet.inference.plugins.module_utils._preflight import (
-    MARKER, REDACTED, check_command, parse_check_output, parse_version_output, version_command)
+    REDACTED, check_command, parse_check_output, parse_version_output, version_command)
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "tests" / "sglang_sim"

@@ -200,7 +200,7 @@ def test_yaml_reader_refuses_what_it_does_not_read_like_pyyaml(text):
 def test_unreadable_yaml_fails_the_launch_like_a_bad_file(tmp_path):
     (tmp_path / "sglang.yaml").write_text("api-key: |\n  sekret\n")
     res = run_python("from sglang.srt.server_args import prepare_server_args; import sys; "
-                     "prepare_server_args(sys.argv[1:])", ["--model-path", "m", "--config",
-                                                          str(tmp_path / "sglang.yaml")], "0.5.23")
+                     "prepare_server_args(sys.argv[1:])",
+                     ["--model-path", "m", "--config", str(tmp_path / "sglang.yaml")], "0.5.23")
     assert res.returncode == 1
     assert f"Failed to read config file {tmp_path / 'sglang.yaml'}: line 1:" in res.stderr

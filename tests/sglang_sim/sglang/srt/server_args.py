@@ -155,7 +155,7 @@ def print_deprecated_warning(message):
     # No handler is configured yet while argparse runs: logging's last resort
     # prints the bare message to stderr, as with the real package.
     name = "sglang.srt.arg_groups.argparse_actions" if at_least("0.5.13") else __name__
-    logging.getLogger(name).warning(f"\033[1;33m{message}\033[0m")
+    logging.getLogger(name).warning(f"\033[1;33m{message}\033[0m")  # pylint: disable=logging-fstring-interpolation  # as SGLang
 
 
 class DeprecatedAction(argparse.Action):

@@ -10,8 +10,8 @@ from ansible_collections.gpufleet.inference.plugins.action import sglang_drift_r
 
 IN_SYNC = {"host": "gpu-1", "verdict": "in_sync", "in_sync": True, "invocation_id": "i1", "differences": [],
            "changed": False, "invocation": {"module_args": {}}}
-DRIFTED = {"host": "gpu-2", "verdict": "drifted", "in_sync": False, "invocation_id": "i2", "blocking": [
-    "effective unit ExecStart --w set by drop-in(s) /etc/systemd/system/sglang.service.d/o.conf"],
+DRIFTED = {"host": "gpu-2", "verdict": "drifted", "in_sync": False, "invocation_id": "i2",
+           "blocking": ["effective unit ExecStart --w set by drop-in(s) /etc/systemd/system/sglang.service.d/o.conf"],
            "differences": [{"what": "config line", "key": "draft_window_size", "expected": 2048, "observed": 512}]}
 UNVERIFIED = {"host": "gpu-3", "verdict": "unverified", "in_sync": False, "invocation_id": "i3", "differences": [],
               "unverified_reason": "the journal no longer holds the start of invocation i3"}
@@ -48,8 +48,8 @@ def test_drift_unverified_and_unchecked_fail_with_their_reasons(tmp_path, shown)
     assert any(line.startswith("gpu-4: NOT CHECKED") for line in shown)
     assert result["msg"].startswith("Drift on gpu-2, gpu-3, gpu-4")
     run_dir = tmp_path / result["run_dir"].rsplit("/", 1)[1]
-    assert sorted(p.name for p in run_dir.iterdir()) == ["gpu-1.json", "gpu-2.json", "gpu-3.json", "gpu-4.json",
-                                                          "summary.json"]
+    expected = ["gpu-1.json", "gpu-2.json", "gpu-3.json", "gpu-4.json", "summary.json"]
+    assert sorted(p.name for p in run_dir.iterdir()) == expected
 
 
 def test_accept_unverified(tmp_path, shown):

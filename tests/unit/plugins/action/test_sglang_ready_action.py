@@ -147,7 +147,8 @@ def test_progress_prints_every_phase_change_at_once():
     progress = action_mod.Progress(HOST, interval=5, heartbeat=30)
     lines = progress.lines([event(1.0, "new_invocation", "new invocation x"), event(2.0, "loading_weights", "w"),
                             event(3.0, "kv_cache", "KV cache allocated")], now=0.0)
-    assert lines == ["sglang_ready | gpu-1: [   1.0s] new invocation x", "sglang_ready | gpu-1: [   2.0s] w", "sglang_ready | gpu-1: [   3.0s] KV cache allocated"]
+    assert lines == ["sglang_ready | gpu-1: [   1.0s] new invocation x", "sglang_ready | gpu-1: [   2.0s] w",
+                     "sglang_ready | gpu-1: [   3.0s] KV cache allocated"]
 
 
 def test_progress_same_phase_at_most_once_per_interval_and_the_newest():

@@ -264,8 +264,8 @@ def test_present_fails_at_once_when_the_router_gives_up():
 
     def transport(method, url, payload, headers, timeout):
         if method == "GET" and url.endswith("/workers/id-11"):
-            return http_result(200, json.dumps({"job_status": {"job_type": "AddWorker", "status": "failed",
-                                                              "message": "health checks failed"}}))
+            status = {"job_type": "AddWorker", "status": "failed", "message": "health checks failed"}
+            return http_result(200, json.dumps({"job_status": status}))
         return fake(method, url, payload, headers, timeout)
 
     mgr = WorkerManager(RouterClient(ROUTER, None, transport), None, clock=clock, sleep=clock.sleep)

@@ -113,7 +113,7 @@ class ConfigArgumentMerger:
             with open(file_path, "r") as file:
                 config_data = _sim_yaml.safe_load(file.read())
         except Exception as e:
-            logger.error(f"Failed to read config file {file_path}: {e}")
+            logger.error(f"Failed to read config file {file_path}: {e}")  # pylint: disable=logging-fstring-interpolation
             raise
         if config_data is None:
             config_data = {}
