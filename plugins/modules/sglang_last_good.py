@@ -41,6 +41,16 @@ options:
       verified against (C(expect), C(config_line), C(command), C(environment)) and what it logged.
     type: dict
     default: {}
+  from_process:
+    description:
+      - For V(saved) after a lost restart handler (the installed unit is newer than what runs): keep, instead of the
+        installed unit file (the file named O(unit)), that file with its C(ExecStart=) set to the command line of the
+        unit's running main process and its C(Environment=) to that process's environment (C(EnvironmentFile=) lines
+        dropped; per-invocation variables such as C(INVOCATION_ID) left out). The record's C(intent.environment)
+        then holds the process's values. Other files (the SGLang config file) are kept as they are on disk.
+      - Fails, saving nothing, when the unit has no running main process or its command line cannot be read.
+    type: bool
+    default: false
   state:
     description: What to do.
     type: str
@@ -96,6 +106,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.inference.plugins.module_utils._unit_file import parse_environ, rebuild_from_process
 
 RECORD = "record.json"
 
@@ -143,14 +154,47 @@ class LastGood(object):
         except ValueError:
             return None
 
+    def running_process(self):
+        """(main PID, argv, environment) of the unit's running main process; fails the module when none."""
+        unit = self.module.params["unit"]
+        rc, out, err = self.module.run_command(["systemctl", "show", "-p", "MainPID", "--value", unit])
+        pid = out.strip() if rc == 0 else ""
+        if not pid.isdigit() or pid == "0":
+            self.module.fail_json(msg="from_process: %s has no running main process (%s); nothing saved" % (
+                unit, (err or out).strip() or "MainPID=0"), exists=self.record() is not None, record=None,
+                files=[], changed_files=[])
+        raw_argv = _read("/proc/%s/cmdline" % pid)
+        raw_env = _read("/proc/%s/environ" % pid)
+        if not raw_argv or raw_env is None:
+            self.module.fail_json(msg="from_process: cannot read the command line and environment of %s's main "
+                                  "process %s (gone, or not root); nothing saved" % (unit, pid),
+                                  exists=self.record() is not None, record=None, files=[], changed_files=[])
+        argv = [part.decode("utf-8", "replace") for part in raw_argv.rstrip(b"\0").split(b"\0")]
+        return int(pid), argv, parse_environ(raw_env)
+
     def save(self, files, record):
         changed = []
         kept = []
         wanted = {}
+        process = self.running_process() if self.module.params["from_process"] else None
+        record = dict(record)
         for path in files:
             data = _read(path)
             if data is None:
                 continue
+            if process is not None and os.path.basename(path) == self.module.params["unit"]:
+                pid, argv, environ = process
+                try:
+                    data = rebuild_from_process(data.decode("utf-8"), argv, environ).encode("utf-8")
+                except ValueError as exc:
+                    self.module.fail_json(msg="from_process: cannot rebuild %s from main process %s: %s; nothing "
+                                          "saved" % (path, pid, exc), exists=self.record() is not None, record=None,
+                                          files=[], changed_files=[])
+                intent = dict(record.get("intent") or {})
+                keys = set(intent.get("environment") or {})
+                intent["environment"] = dict((key, environ[key]) for key in sorted(keys) if key in environ)
+                record["intent"] = intent
+                record["rebuilt_from_process"] = {"path": path, "main_pid": pid}
             info = os.stat(path)
             wanted[_copy_name(path)] = (path, data, info.st_mode & 0o7777, info.st_uid, info.st_gid)
         old = self.record() or {}
@@ -160,7 +204,7 @@ class LastGood(object):
                 changed.append(path)
         dropped = [item["path"] for item in old.get("files", []) if item.get("copy") not in wanted]
         changed.extend(dropped)
-        new_record = dict(self.module.params["record"], files=kept)
+        new_record = dict(record, files=kept)
         old_compare = dict(old)
         old_compare.pop("saved_at", None)
         record_changed = old_compare != new_record
@@ -207,6 +251,7 @@ def main():
             directory=dict(type="path", default="/var/lib/gpufleet-inference/last-good"),
             files=dict(type="list", elements="path", default=[]),
             record=dict(type="dict", default={}),
+            from_process=dict(type="bool", default=False),
             state=dict(type="str", choices=["saved", "restored", "query"], default="query"),
         ),
         supports_check_mode=True,

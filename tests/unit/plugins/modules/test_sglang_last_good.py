@@ -217,3 +217,56 @@ def test_query_of_a_broken_record_is_none(monkeypatch, tree):
 def test_copy_names_are_flat():
     assert sglang_last_good._copy_name("/etc/systemd/system/sglang.service") == \
         "file__etc__systemd__system__sglang.service"
+
+
+# --------------------------------------------------------------------------- saved from the running process
+
+@pytest.fixture
+def running(monkeypatch):
+    """A real process standing in for the unit's main process; systemctl show answers its PID."""
+    import subprocess
+    import sys
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--window", "1024"],
+                             env={"SGLANG_SIM_LOAD_SECONDS": "2", "OLD_ONLY": "x", "INVOCATION_ID": "abc", "HOME": "/root"})
+    calls = []
+
+    def run_command(self, argv, **kwargs):
+        calls.append(argv)
+        return 0, "%d\n" % child.pid, ""
+    from ansible.module_utils import basic
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    yield child, calls
+    child.kill()
+    child.wait()
+
+
+def test_from_process_keeps_what_runs_not_the_installed_unit(monkeypatch, tree, running):
+    import sys
+    child, calls = running
+    record = {"invocation_id": NEW, "intent": {"environment": {"SGLANG_SIM_LOAD_SECONDS": "2",
+                                                               "SGLANG_SIM_FAULT": "ignore_window"}}}
+    result, failed = last_good(monkeypatch, tree, state="saved", files=[tree["unit"], tree["config"]],
+                               record=record, from_process=True)
+    assert not failed, result
+    assert calls == [["systemctl", "show", "-p", "MainPID", "--value", "sglang.service"]]
+    copy = os.path.join(unit_dir(tree), sglang_last_good._copy_name(tree["unit"]))
+    saved = open(copy).read()
+    assert 'ExecStart="%s" \\\n    "-c" \\\n    "import time; time.sleep(60)" \\\n    "--window" \\\n    "1024"\n' % (
+        sys.executable) in saved
+    assert 'Environment="OLD_ONLY=x"' in saved and 'Environment="SGLANG_SIM_LOAD_SECONDS=2"' in saved
+    assert "INVOCATION_ID" not in saved and "HOME" not in saved and "--port 30000" not in saved
+    assert open(tree["unit"]).read() == UNIT_TEXT  # the installed file is left alone
+    config_copy = os.path.join(unit_dir(tree), sglang_last_good._copy_name(tree["config"]))
+    assert open(config_copy).read() == SECRET  # other files as on disk
+    kept = result["record"]
+    # the revert verifies against the process's environment: the fault the new unit adds is not there
+    assert kept["intent"]["environment"] == {"SGLANG_SIM_LOAD_SECONDS": "2"}
+    assert kept["rebuilt_from_process"] == {"path": tree["unit"], "main_pid": child.pid}
+
+
+def test_from_process_without_a_main_process_fails_and_saves_nothing(monkeypatch, tree):
+    from ansible.module_utils import basic
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", lambda self, argv, **kw: (0, "0\n", ""))
+    result, failed = last_good(monkeypatch, tree, state="saved", files=[tree["unit"]], record={}, from_process=True)
+    assert failed and "has no running main process" in result["msg"] and "nothing saved" in result["msg"]
+    assert not os.path.exists(unit_dir(tree))
