@@ -313,9 +313,18 @@ class ActionModule(ActionBase):
             meta, records = self._write_summary(run)
             stopped = [r for r in records if r.get("status") in ("failed", "verified, not rejoined", "reverted")]
             pending = [r["host"] for r in records if r.get("status") in ("pending", "in progress")]
+            # A host lost mid-change is in a state nobody knows: the run keeps the fleet's lock, so
+            # the same command resumes it (and no other rollout starts beside an unknown host).
+            lost = [r["host"] for r in records if r.get("connection_lost") and r.get("status") == "failed"]
             if run.get("check_mode"):
                 meta["status"] = "check"
+            elif lost:
+                meta.update(status="interrupted", interrupted=ro.iso(), lost=lost,
+                            lock_kept="connection lost to %s: this run keeps the fleet's lock until it is resumed (the "
+                                 "same command) or broken (-e rollout_break_lock=true)" % ", ".join(lost))
             else:
+                meta.pop("lost", None)
+                meta.pop("lock_kept", None)
                 meta.update(status="failed" if stopped or pending else "finished", finished=ro.iso())
                 lock = ro.read_json(os.path.join(root, ro.LOCK))
                 if lock and lock.get("run_id") == run["run_id"] and lock.get("pid") == os.getppid():
@@ -332,8 +341,10 @@ class ActionModule(ActionBase):
         if stopped:
             first = stopped[0]
             return {"failed": True, "records": records,
-                    "msg": "%s Not reached: %s. (%s)" % (first.get("message") or "Rollout stopped at %s: %s" % (
-                        first["host"], first.get("status")), ", ".join(pending) or "none", text)}
+                    "msg": "%s Not reached: %s. (%s)%s" % (first.get("message") or "Rollout stopped at %s: %s" % (
+                        first["host"], first.get("status")), ", ".join(pending) or "none", text,
+                        " " + meta["lock_kept"][0].upper() + meta["lock_kept"][1:] + "."
+                        if meta.get("status") == "interrupted" else "")}
         if pending and not run.get("check_mode"):
             return {"failed": True, "records": records,
                     "msg": "Rollout %s ended with hosts not done: %s (%s)" % (run["run_id"], ", ".join(pending), text)}

@@ -163,8 +163,8 @@ def test_recovered_and_unchanged_hosts_are_named(tmp_path, shown):
 def test_failure_records_say_what_runs_and_where(tmp_path, shown, reached, failure, revert, changed, status, phrases):
     run = start(tmp_path)
     args = dict(state_before={"step": reached}, task="Wait until the new SGLang process runs the intended settings",
-                failure=failure, changed=changed, router=True, rejoined_after_revert=bool(revert and
-                                                                                      revert.get("healthy")))
+                failure=failure, changed=changed, router=True,
+                rejoined_after_revert=bool(revert and revert.get("healthy")))
     if revert is not None:
         args["revert"] = revert
     out = record(run, "failed", **args)["record"]
@@ -188,6 +188,38 @@ def test_finish_releases_the_lock_and_fails_when_a_host_failed(tmp_path, shown):
     assert not (tmp_path / "lock.json").exists()
     assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "failed"
     assert any(line.startswith("\nRollout %s:\nhost" % run["run_id"]) for line in shown)
+
+
+def test_a_host_lost_mid_change_keeps_the_lock_and_the_same_command_resumes_the_run(tmp_path, shown):
+    run = start(tmp_path)
+    record(run, "prepared", drift=DRIFT)
+    record(run, "draining", router=True)
+    record(run, "failed", state_before={"step": "applying"}, task="wait", router=True, changed=True,
+           failure={"verdict": "connection_lost", "msg": "connection to gpu-1 lost"})
+    result = act(dict(state="finish", run=run))
+    assert result["failed"] and "keeps the fleet's lock until it is resumed" in result["msg"], result
+    meta = json.loads((tmp_path / run["run_id"] / "run.json").read_text())
+    assert meta["status"] == "interrupted" and meta["lost"] == ["gpu-1"]
+    assert json.loads((tmp_path / "lock.json").read_text())["run_id"] == run["run_id"]
+    # another rollout is refused while the controller that holds it lives ...
+    refused = start(tmp_path)
+    assert refused["failed"] and run["run_id"] in refused["msg"]
+    # ... and once it has exited, the same command resumes the run, not a new one
+    lock = json.loads((tmp_path / "lock.json").read_text())
+    lock["pid_start"] = -1
+    (tmp_path / "lock.json").write_text(json.dumps(lock))
+    again = start(tmp_path)
+    assert again["run_id"] == run["run_id"] and again["resumed"], again
+    assert again["fleet"]["gpu-1"]["in_router"] is False and again["fleet"]["gpu-1"]["failed_step"] == "applying"
+    record(again, "prepared", drift=DRIFT)
+    assert "left out of the router by run %s" % run["run_id"] in json.loads(
+        (tmp_path / run["run_id"] / "gpu-1.json").read_text())["recovering"]
+    record(again, "rejoined", drift=DRIFT, verified=VERIFIED, router=True, recovering=True)
+    done = act(dict(state="finish", run=again))
+    assert not done.get("failed"), done
+    meta = json.loads((tmp_path / run["run_id"] / "run.json").read_text())
+    assert meta["status"] == "finished" and "lost" not in meta and len(meta["resumes"]) == 1
+    assert not (tmp_path / "lock.json").exists()
 
 
 def test_finish_of_a_good_run(tmp_path, shown):
