@@ -145,3 +145,44 @@ LAB_SERVER_VARS = {
 def server_vars():
     """A fresh copy of LAB_SERVER_VARS (host addresses come from the inventory's sglang_host)."""
     return lambda **over: json.loads(json.dumps(LAB_SERVER_VARS)) | over
+
+
+# --- the lab's real sglang-router --------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def router_url(lab_inventory):
+    data = yaml.safe_load(lab_inventory.read_text())
+    return (data["all"]["children"]["gpu"].get("vars") or {}).get("sglang_router_url") or ""
+
+
+def router_workers(url: str) -> list[dict]:
+    import requests
+    return requests.get(f"{url}/workers", timeout=5).json().get("workers", [])
+
+
+@pytest.fixture
+def router_clean(router_url, lab_hosts):
+    """No worker of a lab host in the router before and after the test (only this lab's hosts)."""
+    import time
+
+    import requests
+    addresses = {h["address"] for h in lab_hosts}
+
+    def ours(worker):
+        return any(f"//{a}:" in worker["url"] for a in addresses)
+
+    def clean():
+        if not router_url:
+            return
+        for worker in router_workers(router_url):
+            if ours(worker):
+                requests.delete(f"{router_url}/workers/{worker['id']}", timeout=5)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not any(ours(w) for w in router_workers(router_url)):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"router still lists lab workers: {router_workers(router_url)}")
+    clean()
+    yield router_url
+    clean()

@@ -16,10 +16,19 @@ import urllib.request
 RUN_ENV = {"ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_VERBOSITY": "1"}
 
 ROLE = "gpufleet.inference.sglang"
-WAIT_TASK = "Wait until the new SGLang process runs the intended settings"
-VERIFY_TASK = "Verify the running SGLang process against the intended settings"
+# The role's tasks whose results the tests read (names as the role spells them).
+RESTART_TASK = "Reload systemd and restart SGLang"  # handler
+WAIT_TASK = "Wait until the new SGLang process runs the intended settings"  # handler, after a restart
+VERIFY_TASK = "Verify the running SGLang process (nothing was restarted)"  # skipped when a receipt verified it
+VERIFIED_TASK = "Keep the verification as the fact sglang_verified"
+DRIFT_TASK = "Compare the unit, its process and /server_info with the intent (changes nothing)"
+BLOCKING_TASK = "Stop before changing anything when drop-ins override what the role manages"
 VALIDATE_TASK = "Check the SGLang settings (version-independent)"
 UNIT_PATH = "/etc/systemd/system/sglang.service"
+DROP_IN_DIR = "/etc/systemd/system/sglang.service.d"
+CONFIG_FILE = "/etc/sglang/sglang.yaml"  # SGLang's --config file: holds the API key
+RECEIPT = "/var/lib/gpufleet-inference/receipts/sglang.service.json"
+LAST_GOOD_RECORD = "/var/lib/gpufleet-inference/last-good/sglang.service/record.json"
 WINDOW_FLAG = "--speculative-dflash-draft-window-size"  # the simulator's default profile is 0.5.11
 # Short loads; SIGTERM drains polled every second instead of SGLang's 5 s (faster stops).
 BASE_ENV = {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DRAIN_POLL_SECONDS": "1"}
@@ -61,12 +70,14 @@ def per_host_role_playbook(hosts: str, per_host: tuple[str, ...], table: str = "
 
 
 def ready_playbook(hosts: str, expect: dict | None = None, timeout: float = 30,
-                   after_invocation: str | None = None, poll_interval: float = 1) -> str:
-    """A play running sglang_ready once against each host's own sglang_host:30000."""
+                   after_invocation: str | None = None, poll_interval: float = 1, **module_args) -> str:
+    """A play running sglang_ready once against each host's own sglang_host:30000 (more module
+    arguments, e.g. min_ready_seconds or config_line, as keywords)."""
     args = {"unit": "sglang.service", "url": "http://{{ sglang_host }}:30000",
             "expect": expect or {}, "timeout": timeout, "poll_interval": poll_interval}
     if after_invocation:
         args["after_invocation"] = after_invocation
+    args.update(module_args)
     return f"""---
 - name: Verify the running SGLang process
   hosts: {hosts}
@@ -130,6 +141,29 @@ class Results:
         return [item["task"] for item in self.items if item["host"] == host and item["status"] != "skipping"]
 
 
+def wait_result(results: Results, host: dict) -> dict:
+    """The result of the role's wait for the new process (the restart handler) on `host`."""
+    return results.one(WAIT_TASK, host["name"])["result"]
+
+
+def replaced_invocation(results: Results, host: dict) -> str | None:
+    """The invocation the role's restart replaced: systemd's InvocationID right before its restart
+    handler ran (what the wait is given as after_invocation); None when nothing ran before."""
+    status = results.one(RESTART_TASK, host["name"])["result"].get("status") or {}
+    return status.get("InvocationID") or None
+
+
+def verified_fact(results: Results, host: dict) -> dict:
+    """The fact sglang_verified the role set on `host` (whichever step verified)."""
+    return results.one(VERIFIED_TASK, host["name"])["result"]["ansible_facts"]["sglang_verified"]
+
+
+def host_json(sh, host, path: str) -> dict | None:
+    """A JSON file on a lab host, or None when it is not there."""
+    text = sh(host, f"cat {path} 2>/dev/null || true", check=False).strip()
+    return json.loads(text) if text else None
+
+
 def unit_file(sh, host) -> str | None:
     text = sh(host, f"cat {UNIT_PATH} 2>/dev/null || echo __MISSING__", check=False)
     return None if text.strip() == "__MISSING__" else text
@@ -154,12 +188,14 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
         time.sleep(interval)
 
 
-def generate(address: str, port: int = 30000, timeout: float = 5) -> dict | None:
+def generate(address: str, port: int = 30000, timeout: float = 5, api_key: str | None = None) -> dict | None:
     """POST /generate to a lab server from the controller; the JSON answer, or None."""
     body = json.dumps({"text": "The capital of France is",
                        "sampling_params": {"max_new_tokens": 4, "temperature": 0}}).encode()
-    request = urllib.request.Request(f"http://{address}:{port}/generate", data=body,
-                                     headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(f"http://{address}:{port}/generate", data=body, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             return json.loads(resp.read()) if resp.status == 200 else None
@@ -186,3 +222,12 @@ class GenerateProbe(threading.Thread):
     def stop(self):
         self._stop_event.set()
         self.join(10)
+
+
+def verify_records(results_dir) -> dict:
+    """{host: record} of the newest gpufleet.inference.verify run written under `results_dir`."""
+    runs = [path.parent for path in results_dir.glob("*/summary.json")]
+    assert runs, f"no verify report under {results_dir}"
+    newest = max(runs, key=lambda path: (path / "summary.json").stat().st_mtime)
+    summary = json.loads((newest / "summary.json").read_text())
+    return {record["host"]: record for record in summary["hosts"]}

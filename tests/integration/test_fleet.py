@@ -17,214 +17,130 @@ import time
 
 import pytest
 import requests
-import yaml
 from lab_support import ansible_playbook
-
-LOAD_SECONDS = "2"  # simulated weight loading; the code under test is sized for minutes
-# The simulator's SIGTERM watchdog polls every 5 s by default (like SGLang's): 1 s keeps stops short.
-SIM_ENV = {"SGLANG_SIM_LOAD_SECONDS": LOAD_SECONDS, "SGLANG_SIM_DRAIN_POLL_SECONDS": "1"}
-
-
-# ------------------------------------------------------------------ helpers
-
-# Parallel first install (no canary needed on clean hosts), optionally joining the router.
-DEPLOY = """
-- name: Deploy SGLang on clean lab hosts
-  hosts: gpu
-  gather_facts: false
-  tasks:
-    - name: Apply the role
-      ansible.builtin.include_role:
-        name: gpufleet.inference.sglang
-    - name: Join the router
-      gpufleet.inference.sglang_router_worker:
-        router_url: "{{ sglang_router_url }}"
-        worker_url: "http://{{ sglang_host }}:{{ sglang_port | default(30000) }}"
-        state: present
-      delegate_to: localhost
-      when: join_router | default(false) | bool and sglang_router_url | default('') | length > 0
-"""
+from rollout_support import (APPLY_PLAY, LOAD_SECONDS, Records, assert_record_matches_host, assert_records_consistent,
+                             assert_runs, config_line, describe, fleet_state, invocations, journal_time, play_batches,
+                             router_workers)
+# Fixtures (pytest finds them in this module's namespace).
+from rollout_support import fleet_inv, lab  # noqa: F401 pylint: disable=unused-import
 
 
-@pytest.fixture
-def fleet_inv(lab_inventory_dir, server_vars, tmp_path):
-    """(hosts.yml, set_vars(**over), set_host_vars(name, **vars), deploy(limit, join_router))."""
-    hosts_yml, write = lab_inventory_dir
-    deploy_pb = tmp_path / "deploy.yml"
-    deploy_pb.write_text(DEPLOY)
-
-    def set_vars(**over):
-        data = server_vars(sglang_environment=SIM_ENV,
-                           sglang_ready_timeout=90) | over
-        write("group_vars", "gpu", data)
-        return data
-
-    def set_host_vars(name, **data):
-        write("host_vars", name, data)
-
-    def deploy(limit=None, join_router=False):
-        run = ansible_playbook(hosts_yml, str(deploy_pb), {"join_router": join_router}, limit=limit)
-        assert run.rc == 0, run
-        return run
-
-    return hosts_yml, set_vars, set_host_vars, deploy
-
-
-@pytest.fixture(scope="session")
-def router_url(lab_inventory):
-    data = yaml.safe_load(lab_inventory.read_text())
-    return (data["all"]["children"]["gpu"].get("vars") or {}).get("sglang_router_url") or ""
-
-
-def router_workers(url: str) -> list[dict]:
-    return requests.get(f"{url}/workers", timeout=5).json().get("workers", [])
-
-
-@pytest.fixture
-def router_clean(router_url, lab_hosts):
-    """No worker of a lab host in the router before and after the test (only this lab's hosts)."""
-    addresses = {h["address"] for h in lab_hosts}
-
-    def clean():
-        if not router_url:
-            return
-        for worker in router_workers(router_url):
-            if any(f"//{a}:" in worker["url"] for a in addresses):
-                requests.delete(f"{router_url}/workers/{worker['id']}", timeout=5)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if not any(any(f"//{a}:" in w["url"] for a in addresses) for w in router_workers(router_url)):
-                return
-            time.sleep(0.3)
-        raise AssertionError(f"router still lists lab workers: {router_workers(router_url)}")
-    clean()
-    yield router_url
-    clean()
-
-
-def invocations(lab_hosts, state_of) -> dict:
-    return {h["name"]: state_of(h)["InvocationID"] for h in lab_hosts}
-
-
-def config_line(sh, host: dict, invocation: str) -> str:
-    """The config line logged by one invocation (never the unit's older ones)."""
-    return sh(host, f"journalctl _SYSTEMD_INVOCATION_ID={invocation} -o cat --no-pager"
-                    " | grep 'Initialized DFLASH draft runner' || true").strip()
-
-
-def journal_time(sh, host: dict, invocation: str, text: str) -> float | None:
-    """Wall-clock time (s) of the first line of an invocation containing text."""
-    out = sh(host, f"journalctl _SYSTEMD_INVOCATION_ID={invocation} -o json --no-pager"
-                   f" --grep {json.dumps(text)} || true")
+def unit_invocations(sh, host: dict) -> list[str]:
+    """The unit's invocations in the order they logged, oldest first."""
+    out = sh(host, "journalctl -u sglang.service -o json --output-fields=_SYSTEMD_INVOCATION_ID --no-pager")
+    seen = []
     for line in out.splitlines():
-        entry = json.loads(line)
-        return int(entry["__REALTIME_TIMESTAMP"]) / 1e6
-    return None
-
-
-def play_batches(out: str, play_name: str) -> list[list[str]]:
-    """Hosts of each serial batch of a play, in order, from the play's banners in the output."""
-    chunks = re.split(r"^PLAY \[(.*?)\] \*+$", out, flags=re.M)
-    batches = []
-    for name, body in zip(chunks[1::2], chunks[2::2]):
-        if name != play_name:
-            continue
-        hosts = []
-        for host in re.findall(r"^(?:ok|changed|included|fatal|failed): \[?([^\]\s]+?)(?: -> \S+)?\]", body, re.M):
-            if host not in hosts and host != "localhost":
-                hosts.append(host)
-        batches.append(hosts)
-    return batches
-
-
-ROLLOUT_PLAY = "Roll SGLang settings out, batch by batch"
+        invocation = json.loads(line).get("_SYSTEMD_INVOCATION_ID")
+        if invocation and invocation not in seen:
+            seen.append(invocation)
+    return seen
 
 
 # ------------------------------------------------------------------ rollout
 
-def test_rollout_good_change_canary_then_batches(clean_fleet, router_clean, fleet_inv, lab_hosts,
-                                                 state_of, sh, tmp_path):
+def test_rollout_good_change_canary_then_batches(clean_fleet, router_clean, fleet_inv, lab, lab_hosts,
+                                                 sh, tmp_path):
     hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
     names = [h["name"] for h in lab_hosts]
     assert len(names) == 4, "this test expects a lab of 4 hosts"
     set_vars(sglang_speculative_draft_window_size=1024)
     deploy(join_router=True)
-    before = invocations(lab_hosts, state_of)
+    before = fleet_state(lab, lab_hosts, router_clean)
 
     set_vars(sglang_speculative_draft_window_size=2048)
     results = tmp_path / "results"
     started = time.time()
     run = ansible_playbook(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
     assert run.rc == 0, run
-    after = invocations(lab_hosts, state_of)
+    after = fleet_state(lab, lab_hosts, router_clean)
 
-    (run_dir,) = list(results.iterdir())
-    records = {n: json.loads((run_dir / f"{n}.json").read_text()) for n in names}
+    records = Records(results)
+    run_id = records.only_run()
+    recs = assert_records_consistent(records, run_id)
+    assert records.run(run_id)["batches"] == [1, "25%"] and records.lock() is None
     for name in names:
-        rec = records[name]
-        assert rec["status"] == "updated", rec
-        assert rec["old_invocation"] == before[name] and rec["new_invocation"] == after[name] != before[name]
+        rec, state = recs[name], after[name]
+        assert rec["status"] == "updated" and rec["restarted"] is True, rec
+        assert rec["old_invocation"] == before[name]["invocation"]
+        assert rec["new_invocation"] == state["invocation"] != before[name]["invocation"], rec
         assert rec["observed"]["draft_window_size"] == 2048 and rec["observed"]["compact_cache"] is True
+        assert_runs(state, 2048, in_router=True if router_clean else None)
+        assert_record_matches_host(rec, state)
+        assert state["last_good"]["invocation_id"] == state["invocation"], describe(state)
         host = next(h for h in lab_hosts if h["name"] == name)
-        assert "draft_window_size=2048, compact_cache=True" in config_line(sh, host, after[name])
+        assert "draft_window_size=2048, compact_cache=True" in config_line(sh, host, state["invocation"])
 
-    # Batches: canary 1, then 25 % (1), then the rest (2) - from the play banners...
-    assert play_batches(run.out, ROLLOUT_PLAY) == [[names[0]], [names[1]], [names[2], names[3]]], run
-    # ...and from when each host's result was written.
-    done = {n: (run_dir / f"{n}.json").stat().st_mtime for n in names}
-    assert done[names[0]] < done[names[1]] < min(done[names[2]], done[names[3]])
-    batch_end = [done[names[0]], done[names[1]], max(done[names[2]], done[names[3]])]
-    batch_wall = [round(b - a, 1) for a, b in zip([started] + batch_end[:-1], batch_end)]
-    print(f"\nrollout of 4 hosts: {run.seconds:.1f} s; batch wall times {batch_wall} s "
-          f"(canary incl. play start, 25 %, rest); per host wall "
-          f"{ {n: records[n]['wall_seconds'] for n in names} } s, ready after restart "
-          f"{ {n: records[n]['time_to_ready'] for n in names} } s; simulated load {LOAD_SECONDS} s")
+    # Batches: a canary of 1, then at most 25 % of the 4 hosts that change (1) - from the play
+    # banners...
+    assert play_batches(run.out, APPLY_PLAY) == [[n] for n in names], run
+    # ...and from when each host's record was last written.
+    done = [(results / run_id / f"{n}.json").stat().st_mtime for n in names]
+    assert done == sorted(done), done
+    batch_wall = [round(b - a, 1) for a, b in zip([started] + done[:-1], done)]
+    print(f"\nrollout of 4 hosts: {run.seconds:.1f} s; batch wall times {batch_wall} s (canary incl. the "
+          f"prepare phase); drained in { {n: recs[n].get('drained_seconds') for n in names} } s, ready after "
+          f"restart { {n: recs[n]['time_to_ready'] for n in names} } s; simulated load {LOAD_SECONDS} s")
 
 
-def test_rollout_bad_change_stops_reverts_and_names_the_flag(clean_fleet, router_clean, fleet_inv,
-                                                             lab_hosts, state_of, sh, tmp_path):
+def test_rollout_bad_change_stops_reverts_and_names_the_flag(clean_fleet, router_clean, fleet_inv, lab,
+                                                             lab_hosts, sh, tmp_path):
     hosts_yml, set_vars, set_host_vars, deploy = fleet_inv
     h1, h2, h3, h4 = lab_hosts[:4]
     set_vars(sglang_speculative_draft_window_size=1024)
     deploy(join_router=True)
-    before = invocations(lab_hosts, state_of)
+    before = fleet_state(lab, lab_hosts, router_clean)
 
     # The change: window 2048. Host 2's SGLang ignores the window (parses the flag, runs without).
     set_vars(sglang_speculative_draft_window_size=2048)
-    set_host_vars(h2["name"], sglang_environment=SIM_ENV | {"SGLANG_SIM_FAULT": "ignore_window"})
+    set_host_vars(h2["name"], sglang_environment={"SGLANG_SIM_LOAD_SECONDS": LOAD_SECONDS,
+                                                  "SGLANG_SIM_DRAIN_POLL_SECONDS": "1",
+                                                  "SGLANG_SIM_FAULT": "ignore_window"})
     results = tmp_path / "results"
     run = ansible_playbook(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(results)})
-    after = invocations(lab_hosts, state_of)
+    after = fleet_state(lab, lab_hosts, router_clean)
+    in_router = True if router_clean else None
 
     assert run.rc != 0, run
     stop = re.search(r"Rollout stopped at (\S+): (.*)", run.out)
     assert stop and stop.group(1) == h2["name"] and "draft_window_size" in stop.group(2), run
-    (run_dir,) = list(results.iterdir())
+    records = Records(results)
+    run_id = records.only_run()
+    recs = assert_records_consistent(records, run_id)
+    assert records.run(run_id)["status"] == "failed" and records.lock() is None
 
     # Host 1: updated and verified on the new window.
-    rec1 = json.loads((run_dir / f"{h1['name']}.json").read_text())
+    rec1 = recs[h1["name"]]
     assert rec1["status"] == "updated" and rec1["observed"]["draft_window_size"] == 2048
-    assert after[h1["name"]] != before[h1["name"]]
+    assert_runs(after[h1["name"]], 2048, in_router=in_router)
+    assert_record_matches_host(rec1, after[h1["name"]])
 
     # Host 2: the new process disagreed, was reverted to the last-known-good unit and verified.
-    rec2 = json.loads((run_dir / f"{h2['name']}.json").read_text())
-    assert rec2["status"] == "failed" and "draft_window_size" in rec2["error"], rec2
-    assert rec2["changed_before_failure"] and rec2["reverted"] and rec2["revert_healthy"], rec2
-    assert rec2["revert_observed"]["draft_window_size"] == 1024, rec2
-    assert after[h2["name"]] == rec2["revert_invocation"]
-    assert after[h2["name"]] not in (before[h2["name"]], rec2["failed_invocation"])
-    assert state_of(h2)["ActiveState"] == "active"
-    assert "draft_window_size=1024, compact_cache=True" in config_line(sh, h2, after[h2["name"]])
-    assert "draft_window_size=None" in config_line(sh, h2, rec2["failed_invocation"])  # the bad one
+    rec2 = recs[h2["name"]]
+    assert rec2["status"] == "reverted" and "draft_window_size" in rec2["error"], rec2
+    assert rec2["failed_step"] == "applying" and rec2["reverted"] is True and rec2["revert"]["healthy"], rec2
+    assert rec2["revert"]["observed"]["draft_window_size"] == 1024, rec2
+    assert after[h2["name"]]["invocation"] == rec2["revert"]["invocation_id"]
+    assert_runs(after[h2["name"]], 1024, in_router=in_router)  # back in the router, reverted
+    assert_record_matches_host(rec2, after[h2["name"]])
+    # Its unit logged three invocations: the one before, the bad one (no window), the reverted one.
+    first, bad, reverted = unit_invocations(sh, h2)[-3:]
+    assert first == before[h2["name"]]["invocation"] and reverted == after[h2["name"]]["invocation"]
+    assert "draft_window_size=None" in config_line(sh, h2, bad)
+    assert "draft_window_size=1024, compact_cache=True" in config_line(sh, h2, reverted)
+    # Its last-known-good is still the unit it ran before (adopted before the change).
+    assert after[h2["name"]]["last_good"]["invocation_id"] == before[h2["name"]]["invocation"]
 
-    # Hosts 3 and 4: never touched.
+    # Hosts 3 and 4: never touched; their records say they were not reached.
     for host in (h3, h4):
-        assert after[host["name"]] == before[host["name"]]
-        assert not (run_dir / f"{host['name']}.json").exists()
-        assert "draft_window_size=1024" in config_line(sh, host, after[host["name"]])
+        state = after[host["name"]]
+        assert state["invocation"] == before[host["name"]]["invocation"]
+        assert_runs(state, 1024, in_router=in_router)
+        rec = recs[host["name"]]
+        assert rec["status"] == "pending" and [s["step"] for s in rec["steps"]] == ["prepared"], rec
+        assert state["last_good"] is None, describe(state)
 
 
-def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, fleet_inv, lab_hosts,
+def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, fleet_inv, lab, lab_hosts,
                                                      state_of, sh, tmp_path):
     if not router_clean:
         pytest.skip("the lab inventory sets no sglang_router_url (lab.py up --router)")
@@ -288,7 +204,14 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
     print(f"\nzero-downtime rollout of 3 hosts ({run.seconds:.1f} s): {len(requests_log)} requests "
           f"through the router, {len(failed)} failed; served by {sorted(served)}")
     assert len(requests_log) > 50 and not failed, failed[:5]
-    assert play_batches(run.out, ROLLOUT_PLAY) == [[h["name"]] for h in three], run
+    assert play_batches(run.out, APPLY_PLAY) == [[h["name"]] for h in three], run
+    records = Records(tmp_path / "results")
+    recs = assert_records_consistent(records, records.only_run())
+    state = fleet_state(lab, three, router)
+    for host in three:
+        assert recs[host["name"]]["status"] == "updated", recs[host["name"]]
+        assert_runs(state[host["name"]], 2048, in_router=True)
+        assert_record_matches_host(recs[host["name"]], state[host["name"]])
 
     for host in three:
         name, worker = host["name"], worker_of[host["name"]]
@@ -330,6 +253,8 @@ def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_ho
     run, summary = verify()
     assert run.rc == 0, run
     assert sorted(summary["in_sync"]) == sorted(names) and not summary["drifted"]
+    for name in names:  # one report line per host
+        assert re.search(rf"^{re.escape(name)}: in sync \(invocation [0-9a-f]{{32}}\)$", run.out, re.M), run
 
     # Hand edit of host 1's unit, no restart: the unit drifted, the process not (yet).
     h1 = lab_hosts[0]
@@ -338,8 +263,13 @@ def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_ho
     run, summary = verify()
     assert run.rc != 0 and summary["drifted"] == [h1["name"]], run
     (rec,) = [r for r in summary["hosts"] if r["host"] == h1["name"]]
-    assert [d["what"] for d in rec["differences"]] == ["unit file"], rec
-    assert '- "4096"' in rec["differences"][0]["observed"].replace("    ", "")
+    # The file and what systemd would run (reloaded) differ; the running process does not (yet).
+    assert [d["what"] for d in rec["differences"]] == ["file", "effective unit"], rec
+    # A diff from what is installed (-) to what the role renders (+).
+    assert re.fullmatch(r'-\s*"4096"; \+\s*"2048"', rec["differences"][0]["observed"]), rec
+    assert rec["differences"][1]["expected"] == "2048" and rec["differences"][1]["observed"] == "4096", rec
+    assert re.search(rf"^{re.escape(h1['name'])}: DRIFTED \(invocation {rec['invocation_id']}\); file "
+                     r"/etc/systemd/system/sglang.service: expected as rendered by the role", run.out, re.M), run
 
     # ...then restarted by hand: the running process drifted too (also seen in check mode).
     old = state_of(h1)["InvocationID"]
@@ -357,8 +287,11 @@ def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_ho
     assert found[("config line", "draft_window_size")]["observed"] == 4096
     window_key = next(k for w, k in found if w == "server_info")
     assert "draft_window_size" in window_key and found[("server_info", window_key)]["observed"] == 4096
-    assert re.search(rf"Drift on {re.escape(h1['name'])};.*draft_window_size expected 2048 observed 4096",
-                     " ".join(run.out.split())), run
+    report = " ".join(run.out.split())
+    assert re.search(rf"Drift on {re.escape(h1['name'])}: .*config line draft_window_size: expected 2048, "
+                     r"observed 4096", report), run
+    assert re.search(rf"^{re.escape(h1['name'])}: DRIFTED \(invocation {state_of(h1)['InvocationID']}\); .*"
+                     r"config line draft_window_size: expected 2048, observed 4096", run.out, re.M), run
     for name in names[1:]:
         assert name in summary["in_sync"]
     assert sh(h1, "cat /etc/systemd/system/sglang.service") != unit_before  # verify did not repair it
@@ -382,6 +315,7 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
     }
     run = ansible_playbook(hosts_yml, "gpufleet.inference.sweep", extra)
     assert run.rc == 0, run
+    assert "4 combination(s), 4 to measure" in " ".join(run.out.split()), run
 
     csv_text = (results / "results.csv").read_text()
     rows = list(csv.DictReader(io.StringIO(csv_text)))
@@ -406,8 +340,7 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
     files = {p.name: p.read_bytes() for p in results.iterdir()}
     rerun = ansible_playbook(hosts_yml, "gpufleet.inference.sweep", extra)
     assert rerun.rc == 0, rerun
-    assert "4 measured already" in " ".join(rerun.out.split()), rerun
-    assert "0 to measure" in " ".join(rerun.out.split()), rerun
+    assert "4 combination(s), 0 to measure" in " ".join(rerun.out.split()), rerun
     assert "Benchmark the combination" not in rerun.out, rerun
     assert state_of(host)["InvocationID"] == inv
     assert {p.name: p.read_bytes() for p in results.iterdir()} == files

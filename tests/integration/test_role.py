@@ -4,6 +4,10 @@ Tests use the first lab host unless they say otherwise; test_deploy_* uses the f
 only one) in parallel. Every test starts and ends with clean hosts (clean_fleet), except that the
 tests of TestOnADeployedHost share one deployment (class-scoped): each of them proves it changed
 neither the unit file nor the running invocation.
+
+What the role verified is read from its tasks' results: the wait for the new process (the restart
+handler), or, when nothing restarted, the fact sglang_verified (the drift check's, when a receipt
+shows the running invocation was verified before; else the no-restart verification's).
 """
 from __future__ import annotations
 
@@ -14,11 +18,11 @@ import time
 import pytest
 
 from lab_support import CLEAN_HOST
-from role_support import (BASE_ENV, EXPECT_2048, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
-                          VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results, generate, invocation_journal,
-                          ready_playbook, role_playbook, unit_checksum, unit_file, wait_for)
+from role_support import (BASE_ENV, CONFIG_FILE, EXPECT_2048, RECEIPT, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
+                          VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results, generate, host_json,
+                          invocation_journal, ready_playbook, role_playbook, unit_checksum, unit_file, verified_fact,
+                          verify_records, wait_for, wait_result, replaced_invocation)
 
-REPORT_TASK = "Report the new SGLang process"
 TIMEOUT = 60
 
 
@@ -44,7 +48,13 @@ def apply_role(run_playbook, server_vars):
 
 
 def report(results, host) -> dict:
-    return results.one(REPORT_TASK, host["name"])["result"]["msg"]
+    """The wait for the new process (it passed), with the invocation it replaced."""
+    result = wait_result(results, host)
+    assert result["verdict"] == "pass", result.get("msg")
+    previous = replaced_invocation(results, host)
+    if previous:  # a restart: the wait waited for ANOTHER invocation than the one it replaced
+        assert result["phases"]["new_invocation"]["invocation_id"] == result["invocation_id"] != previous, result
+    return dict(result, previous_invocation=previous)
 
 
 def journal_entries(sh, host, invocation) -> list[tuple[float, str]]:
@@ -79,11 +89,20 @@ def test_deploy_window_2048_verifies_the_new_invocation(clean_fleet, apply_role,
     for host in hosts:
         rep = report(results, host)
         invocation = state_of(host)["InvocationID"]
-        assert rep["verdict"] == "pass" and rep["invocation"] == invocation, rep
+        assert rep["verdict"] == "pass" and rep["invocation_id"] == invocation, rep
         assert rep["observed"]["draft_window_size"] == 2048, rep
         assert rep["observed"]["compact_cache"] is True, rep
-        assert rep["source"] == "journal"
+        assert rep["source"] == "journal" and rep["verified"] is True
         assert rep["generate"]["status"] == 200 and rep["generate"]["text"].strip(), rep
+        assert "compared block_size=16, compact_cache=True, draft_window_size=2048 (config line in its journal); " \
+               "its command line; its environment" in rep["msg"], rep["msg"]
+        assert "stayed up for min_ready_seconds 10" in rep["msg"], rep["msg"]
+        assert rep["launched"]["command_checked"] and rep["launched"]["drop_in_paths"] == []
+        # the receipt of exactly this invocation, on the host
+        receipt = host_json(sh, host, RECEIPT)
+        assert rep["receipt"] == RECEIPT and receipt["invocation_id"] == invocation, receipt
+        assert receipt["config_lines"][0]["values"]["draft_window_size"] == 2048
+        assert verified_fact(results, host)["invocation_id"] == invocation
         # the config line, in the journal of exactly that invocation
         journal = invocation_journal(sh, host, invocation)
         assert re.search(r"Initialized DFLASH draft runner\. .*block_size=16, draft_window_size=2048, "
@@ -107,7 +126,7 @@ def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, sta
     # Deploy #1 runs the process that will be slow to stop: slow_stop is in ITS environment.
     run, results, seconds = apply_role(host, env={"SGLANG_SIM_FAULT": f"slow_stop={SLOW_STOP}"})
     assert run.rc == 0, run
-    old = report(results, host)["invocation"]
+    old = report(results, host)["invocation_id"]
     probe = GenerateProbe(host["address"], interval=0.5)
     probe.start()
     try:
@@ -117,7 +136,7 @@ def test_slow_stop_passes_only_with_the_new_invocation(host, apply_role, sh, sta
         probe.stop()
     assert run.rc == 0, run
     rep = report(results, host)
-    new = rep["invocation"]
+    new = rep["invocation_id"]
     assert new != old and new == state_of(host)["InvocationID"], (old, rep)
     assert rep["previous_invocation"] == old
     assert rep["observed"]["draft_window_size"] == 4096
@@ -164,11 +183,11 @@ def test_bad_variables_fail_before_any_host_change(host, apply_role, sh, state_o
         ran = results.tasks_ran(host["name"])
         assert ran[-1] == VALIDATE_TASK and len(ran) <= 2, ran
 
-    # On a host without SGLang: no unit, no env file, no journald drop-in appear.
+    # On a host without SGLang: no unit, no config file, no journald drop-in, no receipt appear.
     assert_refused(*BAD_VARIABLES[0])
     assert unit_file(sh, host) is None
-    assert sh(host, "ls /etc/sglang/sglang.env /etc/systemd/journald.conf.d/50-gpufleet-sglang.conf "
-                    "2>/dev/null || true").strip() == ""
+    assert sh(host, f"ls {CONFIG_FILE} /etc/systemd/journald.conf.d/50-gpufleet-sglang.conf "
+                    "/var/lib/gpufleet-inference 2>/dev/null || true").strip() == ""
 
     # On a deployed host: the unit file and the running invocation stay as they were.
     run, results, seconds = apply_role(host)
@@ -179,6 +198,66 @@ def test_bad_variables_fail_before_any_host_change(host, apply_role, sh, state_o
         assert unit_checksum(sh, host) == checksum, over
         after = state_of(host)
         assert (after["InvocationID"], after["MainPID"]) == (before["InvocationID"], before["MainPID"])
+
+
+# --- the API key: in SGLang's config file, never on a command line or in a result ---------------
+
+# A backslash: SGLang's server_args line (a repr) doubles it, so Ansible's masking of the exact
+# no_log value would not catch a leak of that line; the distinctive tail is what the tests look for.
+API_KEY = "gpfLab\\KeyQZXw9"
+KEY_MARK = "KeyQZXw9"
+
+
+def test_api_key_is_in_no_process_list_and_no_result(host, apply_role, run_playbook, server_vars, sh, state_of,
+                                                     tmp_path):
+    run, results, seconds = apply_role(host, sglang_api_key=API_KEY)
+    assert run.rc == 0, run
+    assert wait_result(results, host)["verdict"] == "pass"
+    # The server runs WITH the key: refused without it, answered with it.
+    assert generate(host["address"]) is None
+    assert (generate(host["address"], api_key=API_KEY) or {}).get("text"), "the key does not open /generate"
+    # The process list shows the config file, never the key (every process of the unit).
+    processes = sh(host, "ps -eo pid,args")
+    assert KEY_MARK not in processes, processes
+    assert f"--config {CONFIG_FILE}" in processes
+    main_pid = state_of(host)["MainPID"]
+    assert KEY_MARK not in sh(host, f"tr '\\0' '\\n' < /proc/{main_pid}/environ")
+    assert KEY_MARK not in unit_file(sh, host) and "EnvironmentFile" not in unit_file(sh, host)
+    # Only the root-only config file holds it (and SGLang read it from there).
+    assert sh(host, f"stat -c '%a %U %G' {CONFIG_FILE}").split() == ["640", "root", "root"]
+    assert KEY_MARK in sh(host, f"cat {CONFIG_FILE}")
+    server_args = [line for line in invocation_journal(sh, host, state_of(host)["InvocationID"]).splitlines()
+                   if "server_args=" in line]
+    assert server_args and KEY_MARK in server_args[0]  # SGLang read it (its own log prints it, root-only)
+    # No module result carries it: every result of the deploy, a no-change run, a drift check (and
+    # its report files), sglang_info; nor the receipt.
+    again, again_results, seconds = apply_role(host, sglang_api_key=API_KEY)
+    assert again.rc == 0, again
+    assert again_results.recap[host["name"]]["changed"] == 0, again_results.recap
+    verify_dir = tmp_path / "verify"
+    verify = run_playbook("playbooks/verify.yml", env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_api_key=API_KEY, verify_hosts=host["name"],
+        verify_results_dir=str(verify_dir)))
+    assert verify.rc == 0, verify
+    assert verify_records(verify_dir)[host["name"]]["verdict"] == "in_sync"
+    info = run_playbook(f"""---
+- hosts: {host['name']}
+  gather_facts: false
+  tasks:
+    - name: sglang_info
+      gpufleet.inference.sglang_info:
+        unit: sglang.service
+        url: "http://{{{{ sglang_host }}}}:30000"
+        api_key: "{{{{ gpf_key }}}}"
+""", extra_vars={"gpf_key": API_KEY}, env=RUN_ENV)
+    assert info.rc == 0, info
+    facts = Results(info.out).one("sglang_info", host["name"])["result"]
+    assert facts["server_info"] and facts["invocation_id"] == state_of(host)["InvocationID"], facts
+    for output in (run.out, again.out, verify.out, info.out):
+        assert KEY_MARK not in output
+    for path in verify_dir.rglob("*.json"):
+        assert KEY_MARK not in path.read_text(), path
+    assert KEY_MARK not in sh(host, f"cat {RECEIPT}")
 
 
 # --- 11. drift ---------------------------------------------------------------------------------
@@ -194,22 +273,25 @@ def test_drift_is_caught_without_restart_and_the_role_puts_it_back(host, apply_r
     wait_for(lambda: generate(host["address"]), 30, what="the hand-restarted server")
     hand = state_of(host)
 
-    # Verify only (no after_invocation): the running process disagrees with the intent.
+    # Verify only (no after_invocation): the running process disagrees with the intent. Its
+    # journal is looked back at (not followed from now), and what is found there is compared.
     run = run_playbook(ready_playbook(host["name"], expect=EXPECT_2048, timeout=30), env=RUN_ENV)
     assert run.rc != 0, run
     result = Results(run.out).one("sglang_ready", host["name"])["result"]
     assert result["verdict"] == "mismatch", result
     assert result["invocation_id"] == hand["InvocationID"]
-    assert "expected 2048" in result["msg"] and "observed 4096" in result["msg"], result["msg"]
+    assert "draft_window_size: expected 2048" in result["msg"] and "observed 4096" in result["msg"], result["msg"]
     assert f"{WINDOW_FLAG} 4096 in sglang.service" in result["msg"], result["msg"]
     assert state_of(host)["InvocationID"] == hand["InvocationID"]  # caught, nothing restarted
+    receipt = host_json(sh, host, RECEIPT) or {}
+    assert receipt.get("invocation_id") != hand["InvocationID"]  # a mismatch leaves no receipt
 
     # The role (same vars as the deploy) puts the unit back and verifies a new process.
     run, results, seconds = apply_role(host)
     assert run.rc == 0, run
     rep = report(results, host)
     assert rep["previous_invocation"] == hand["InvocationID"]
-    assert rep["invocation"] not in (hand["InvocationID"], None)
+    assert rep["invocation_id"] not in (hand["InvocationID"], None)
     assert rep["observed"]["draft_window_size"] == 2048
     assert unit_checksum(sh, host) == deployed
 
@@ -246,11 +328,31 @@ class TestOnADeployedHost:
         assert results.recap[host["name"]]["changed"] == 0, results.recap
         assert results.recap[host["name"]]["failed"] == 0
         assert results.of(WAIT_TASK) == []  # no handler: nothing restarted
-        verified = results.one(VERIFY_TASK, host["name"])
-        assert verified["status"] == "ok", verified
-        assert verified["result"]["verdict"] == "pass"
-        assert verified["result"]["invocation_id"] == deployed["state"]["InvocationID"]
-        assert verified["result"]["observed"]["draft_window_size"] == 2048
+        # The drift check found the receipt of the running invocation: no second wait.
+        assert results.one(VERIFY_TASK, host["name"])["status"] == "skipping"
+        verified = verified_fact(results, host)
+        assert verified["verdict"] == "pass" and verified["verified"] is True, verified
+        assert verified["source"] == "receipt"
+        assert verified["invocation_id"] == deployed["state"]["InvocationID"]
+        assert verified["observed"]["draft_window_size"] == 2048
+        self.assert_unchanged(deployed, sh, state_of)
+
+    def test_second_run_without_a_receipt_verifies_the_running_process(self, deployed, apply_role, sh, state_of):
+        host = deployed["host"]
+        sh(host, f"mv {RECEIPT} {RECEIPT}.away")
+        try:
+            run, results, seconds = apply_role(host)
+        finally:
+            sh(host, f"mv -f {RECEIPT}.away {RECEIPT}", check=False)
+        assert run.rc == 0, run
+        assert results.of(WAIT_TASK) == []  # nothing restarted ...
+        verified = results.one(VERIFY_TASK, host["name"])  # ... but the running process was verified
+        assert verified["status"] in ("ok", "changed"), verified
+        result = verified["result"]
+        assert result["verdict"] == "pass" and result["source"] == "journal", result["msg"]
+        assert result["invocation_id"] == deployed["state"]["InvocationID"]
+        assert result["observed"]["draft_window_size"] == 2048
+        assert verified_fact(results, host)["invocation_id"] == deployed["state"]["InvocationID"]
         self.assert_unchanged(deployed, sh, state_of)
 
     def test_check_mode_shows_the_diff_and_changes_nothing(self, deployed, apply_role, sh, state_of):
@@ -279,7 +381,7 @@ class TestOnADeployedHost:
         facts = info()
         state = deployed["state"]
         assert facts["exists"] is True and facts["changed"] is False
-        assert facts["invocation_id"] == state["InvocationID"] == deployed["report"]["invocation"]
+        assert facts["invocation_id"] == state["InvocationID"] == deployed["report"]["invocation_id"]
         assert facts["main_pid"] == int(state["MainPID"]) > 0
         assert facts["active_state"] == "active"
         assert facts["config"] == {"attention_backend": facts["config"]["attention_backend"],
