@@ -50,6 +50,17 @@ def connection_lost(result):
     return None
 
 
+def final_line(host, answer, elapsed):
+    """The wait's last progress line: its verdict and the first sentence of its message."""
+    text = str(answer.get("msg") or "").strip().splitlines()
+    first = text[0] if text else ""
+    if len(first) > 200:
+        first = first[:197] + "..."
+    return PREFIX + "%s: [%6.1fs] %s%s" % (host, elapsed, answer.get("verdict") or ("failed" if answer.get("failed")
+                                                                                   else "done"),
+                                          ": " + first if first else "")
+
+
 class Progress(object):
     """Which progress events become lines: every phase change, else one line per interval."""
 
@@ -155,6 +166,8 @@ class ActionModule(ActionBase):
                 continue
             answer.pop("state", None)
             answer["events"] = events
+            if show:
+                display.display(final_line(host, answer, now - started))
             if losses:
                 answer.setdefault("notes", []).append("the connection broke %s time(s) during the wait (%s); each lost "
                                                       "slice was run again from its state" % (len(losses), losses[0]))

@@ -209,6 +209,7 @@ def test_slices_then_a_verdict(clock, shown):
     assert shown.lines[:2] == ["sglang_ready | gpu-1: [   0.5s] old invocation still active",
                                "sglang_ready | gpu-1: [   2.0s] new invocation %s" % NEW]
     assert "sglang_ready | gpu-1: [  31.0s] /generate answered (8 tokens)" in shown.lines
+    assert shown.lines[-1].startswith("sglang_ready | gpu-1: [  30.0s] pass: "), shown.lines  # the verdict, last
     assert clock.sleeps == []  # no pause between slices that answered
 
 
@@ -227,6 +228,14 @@ def test_a_failed_verdict_is_returned_as_it_is(clock, shown):
     assert result["failed"] is True and result["verdict"] == "mismatch" and result["msg"] == "runs other settings"
     assert [item["phase"] for item in result["events"]] == ["new_invocation", "draft_runner"]
     assert len(module.calls) == 2
+    assert shown.lines[-1].endswith("] mismatch: runs other settings"), shown.lines
+
+
+def test_the_last_line_is_short_and_names_the_verdict():
+    long = {"verdict": "pass", "msg": "x" * 300 + "\nsecond line"}
+    line = action_mod.final_line("gpu-1", long, 12.25)
+    assert line == "sglang_ready | gpu-1: [  12.2s] pass: " + "x" * 197 + "..."
+    assert action_mod.final_line("gpu-1", {"failed": True}, 1) == "sglang_ready | gpu-1: [   1.0s] failed"
 
 
 def test_a_module_crash_is_not_retried(clock, shown):
