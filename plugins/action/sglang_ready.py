@@ -56,9 +56,8 @@ def final_line(host, answer, elapsed):
     first = text[0] if text else ""
     if len(first) > 200:
         first = first[:197] + "..."
-    return PREFIX + "%s: [%6.1fs] %s%s" % (host, elapsed, answer.get("verdict") or ("failed" if answer.get("failed")
-                                                                                   else "done"),
-                                          ": " + first if first else "")
+    verdict = answer.get("verdict") or ("failed" if answer.get("failed") else "done")
+    return PREFIX + "%s: [%6.1fs] %s%s" % (host, elapsed, verdict, ": " + first if first else "")
 
 
 class Progress(object):

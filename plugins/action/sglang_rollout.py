@@ -319,9 +319,9 @@ class ActionModule(ActionBase):
             if run.get("check_mode"):
                 meta["status"] = "check"
             elif lost:
-                meta.update(status="interrupted", interrupted=ro.iso(), lost=lost,
-                            lock_kept="connection lost to %s: this run keeps the fleet's lock until it is resumed (the "
-                                 "same command) or broken (-e rollout_break_lock=true)" % ", ".join(lost))
+                kept = ("connection lost to %s: this run keeps the fleet's lock until it is resumed (the same "
+                        "command) or broken (-e rollout_break_lock=true)" % ", ".join(lost))
+                meta.update(status="interrupted", interrupted=ro.iso(), lost=lost, lock_kept=kept)
             else:
                 meta.pop("lost", None)
                 meta.pop("lock_kept", None)
