@@ -47,7 +47,8 @@ options:
         installed unit file (the file named O(unit)), that file with its C(ExecStart=) set to the command line of the
         unit's running main process and its C(Environment=) to that process's environment (C(EnvironmentFile=) lines
         dropped; what systemd sets by itself, such as C(INVOCATION_ID), C(PATH), C(HOME) or C(LANG), left out).
-        The record's C(intent.environment) then holds the process's values. Other files (the SGLang config file) are kept as they are on disk.
+        The record's C(intent.environment) then holds the process's values. Other files (the SGLang config file)
+        are kept as they are on disk.
       - Fails, saving nothing, when the unit has no running main process or its command line cannot be read.
     type: bool
     default: false
