@@ -140,6 +140,9 @@ class Host(object):
         """The invocation's startup landmarks (first line, config lines, a later line), as entries."""
         return self._journal(invocation_id).grep_entries(GREP_PATTERN)
 
+    def last_cursor(self, invocation_id):
+        return self._journal(invocation_id).last_cursor()
+
     def tail(self, invocation_id, lines):
         return self._journal(invocation_id).tail(lines)
 

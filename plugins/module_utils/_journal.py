@@ -93,6 +93,11 @@ class InvocationJournal(object):
         """The invocation's newest `lines` messages."""
         return [entry.message for entry in self._query(self._base() + ["-n", str(lines)])]
 
+    def last_cursor(self):
+        """The cursor of the invocation's newest entry, or None when it has logged nothing yet."""
+        entries = self._query(self._base() + ["-n", "1"])
+        return entries[-1].cursor if entries else None
+
     def grep_entries(self, pattern):
         """Entries of this invocation whose message matches a PCRE2 pattern (journalctl --grep).
 

@@ -365,16 +365,27 @@ class Waiter(object):
 
     def _look_back(self):
         """A running invocation (no restart): its receipt, else its journal searched, not read whole."""
+        # Where its journal ends BEFORE the search: a young invocation logs its first lines while we
+        # search, and they must be read after it, not skipped (the first install has no previous
+        # invocation to wait past: the wait starts here, maybe before SGLang logged anything).
+        try:
+            newest = self.host.last_cursor(self.tracker.invocation_id)
+        except JournalError:
+            newest = None
         self.log, self.receipt, entries, note = look_back(self.host, self.tracker.invocation_id)
         if note:
             self.notes.append(note)
         for entry in entries:
             if not entry.from_systemd:
                 self.tail.append(redact_text(entry.message))
-        startup_done = self.receipt is not None or self.log.after_config_seen
-        if entries and not startup_done and entries[-1].cursor:
+        if entries and not self._startup_done() and entries[-1].cursor:
             self.cursor = entries[-1].cursor  # still starting up: follow on from what was found
             self._open_follower(from_start=False)
+        elif not self._startup_done():
+            # no landmark yet: follow on from where its journal ended before the search (from its
+            # first entry when it had logged nothing), so its start is read, never skipped
+            self.cursor = newest
+            self._open_follower(from_start=newest is None)
         else:
             self._open_follower(from_start=False, from_now=True)
         if self.log.config_lines:
@@ -386,10 +397,16 @@ class Waiter(object):
         self.follower = self.host.follower(self.tracker.invocation_id, cursor=None if from_now else self.cursor,
                                            from_start=from_start and not self.cursor)
 
+    def _startup_done(self):
+        return self.receipt is not None or self.log.after_config_seen
+
     def _read_journal(self, timeout):
         if self.follower is None:
-            self._open_follower(from_start=self.cursor is None and not self.tracker.verify_only,
-                                from_now=self.cursor is None and self.tracker.verify_only)
+            # Lines already read are behind the cursor; without one, only a running invocation
+            # whose startup is already known may skip what it logged (the next slice must not
+            # lose what was logged between two slices).
+            skip = self.cursor is None and self.tracker.verify_only and self._startup_done()
+            self._open_follower(from_start=self.cursor is None and not skip, from_now=skip)
         try:
             entries = self.follower.read(timeout)
         except JournalError as exc:

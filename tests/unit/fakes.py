@@ -228,6 +228,12 @@ class FakeHost(object):
                 found.append(item)
         return found
 
+    def last_cursor(self, invocation_id):
+        self.calls.append("last_cursor:%s" % invocation_id)
+        logged = [index for index, (at, item) in enumerate(self.journal.get(invocation_id, []))
+                  if at <= self.now and not item.from_systemd]
+        return "%s:%s" % (invocation_id, logged[-1]) if logged else None
+
     def tail(self, invocation_id, lines):
         return [item.message for at, item in self.journal.get(invocation_id, []) if at <= self.now
                 and not item.from_systemd][-lines:]

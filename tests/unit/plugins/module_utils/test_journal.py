@@ -59,6 +59,13 @@ def test_tail_is_bounded_and_scoped_to_the_invocation(run_table, jentries):
     assert not any("-u" in call for call in run_table.calls)
 
 
+def test_last_cursor_is_the_newest_entrys_or_none_before_any(run_table, jentries):
+    run_table.add(BASE + ["-n", "1"], out=jentries(("y", "c10")))
+    assert jr.InvocationJournal(run_table, INV).last_cursor() == "c10"
+    run_table.add(BASE + ["-n", "1"], out="")
+    assert jr.InvocationJournal(run_table, INV).last_cursor() is None
+
+
 def test_tail_with_another_journalctl(run_table, jentries):
     run_table.add(["/usr/bin/journalctl"] + BASE[1:] + ["-n", "5"], out=jentries(("x", "c1")))
     assert jr.InvocationJournal(run_table, INV, journalctl="/usr/bin/journalctl").tail(5) == ["x"]

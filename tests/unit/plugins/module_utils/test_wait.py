@@ -261,7 +261,29 @@ def test_verify_only_of_a_process_still_loading_follows_on_from_its_journal():
     host.now = 1.0
     outcome, result, w = run(host, after=None)
     assert outcome.verdict == wait.PASS, outcome.msg
-    assert result["source"] == "journal" and host.calls[1].startswith("grep:")
+    assert result["source"] == "journal"
+    # where its journal ended is read BEFORE the search: lines logged during the search are read after it
+    assert host.calls[1:3] == ["last_cursor:%s" % NEW, "grep:%s" % NEW], host.calls
+
+
+def test_first_install_reads_the_start_logged_between_two_slices():
+    """No previous invocation (first install): the wait starts before SGLang logged anything (its
+    import takes seconds) and its first line comes while no slice runs; the next slice reads it."""
+    host = healthy_host(states=[(0.0, unit_state(NEW))], port_at=6.0,
+                        journal={NEW: timed(3.0, STARTUP[:-2], 0.1) + timed(6.0, STARTUP[-2:], 0.1)})
+    first = waiter(host, after=None)
+    assert first.run(slice_seconds=1).verdict == wait.WAITING
+    state = json.loads(json.dumps(first.to_state()))
+    assert state["cursor"] is None  # nothing was logged yet
+    host.now = 4.0  # the gap between two slices: its start and more are logged meanwhile
+    while True:
+        nxt = waiter(host, after=None, resume=state)
+        outcome = nxt.run(slice_seconds=1)
+        if outcome.verdict != wait.WAITING:
+            break
+        state = json.loads(json.dumps(nxt.to_state()))
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert nxt.result()["source"] == "journal" and nxt.result()["observed"]["draft_window_size"] == 2048
 
 
 # --------------------------------------------------------------------------- deaths
