@@ -206,25 +206,36 @@ class WorkerLoad(object):
 # --------------------------------------------------------------------------- the two states
 
 class WorkerManager(object):
-    """ensure_present / ensure_absent with waits on an injectable clock."""
+    """ensure_present / ensure_absent with waits on an injectable clock.
 
-    def __init__(self, router, load=None, clock=None, sleep=None, poll=0.5):
+    Waits poll fast first and back off: the router lists a removed or added worker a few
+    milliseconds after the call, so a fixed half-second poll would put half a second on a host's
+    time out of service for nothing. ``poll`` is the longest gap; ``first_poll`` the first one.
+    """
+
+    def __init__(self, router, load=None, clock=None, sleep=None, poll=0.5, first_poll=0.05, confirm_gap=0.2):
         self.router = router
         self.load = load
         self.clock = clock or time.monotonic
         self.sleep = sleep or time.sleep
         self.poll = poll
+        self.first_poll = min(first_poll, poll)
+        # The drain's two zero readings are at least this far apart (a request between the
+        # router and the scheduler is in transit for milliseconds).
+        self.confirm_gap = confirm_gap
 
-    def _wait(self, timeout, predicate):
+    def _wait(self, timeout, predicate, first_poll=None):
         """Check first, then sleep: returns the predicate's last truthy value or None on timeout."""
         deadline = self.clock() + timeout
+        gap = self.first_poll if first_poll is None else first_poll
         while True:
             value = predicate()
             if value:
                 return value
             if self.clock() >= deadline:
                 return None
-            self.sleep(self.poll)
+            self.sleep(gap)
+            gap = min(gap * 2, self.poll)
 
     def ensure_present(self, worker_url, worker_api_key=None, wait_healthy=True, timeout=300, check_mode=False):
         worker_url = normalize_url(worker_url)
@@ -302,7 +313,7 @@ class WorkerManager(object):
             return signal == "refused" or seen["zeros"] >= 2
 
         if drain_timeout > 0:
-            drained = bool(self._wait(drain_timeout, empty))
+            drained = bool(self._wait(drain_timeout, empty, first_poll=max(self.first_poll, self.confirm_gap)))
         else:  # no waiting: one reading, reported as it is
             empty()
             drained = seen["last"] == 0

@@ -179,7 +179,8 @@ def test_absent_removes_then_waits_for_two_zero_readings():
     assert [w["url"] for w in result["workers"]] == [W2]
     assert result["drained"] is True and result["in_flight"] == 0
     assert result["drain_signal"] == "/v1/loads"
-    assert result["drain_seconds"] == pytest.approx(2.0)  # 5 readings, 4 sleeps of 0.5 s
+    # 5 readings; the gaps start at the confirmation gap (0.2 s) and double up to poll (0.5 s)
+    assert result["drain_seconds"] == pytest.approx(0.2 + 0.4 + 0.5 + 0.5)
     deletes = [c for c in fake.calls if c[0] == "DELETE"]
     assert deletes == [("DELETE", ROUTER + "/workers/id-11", None, None)]
 
@@ -230,9 +231,27 @@ def test_present_adds_and_waits_until_listed_healthy():
     result = manager(fake, clock).ensure_present(W1 + "/", timeout=30)
     assert result["changed"] is True
     assert sorted(w["url"] for w in result["workers"]) == [W1, W2]
-    assert result["wait_seconds"] == pytest.approx(2.0)
+    # polls back off from 0.05 s to 0.5 s: 0.05 0.15 0.35 0.75 1.25 1.75 2.25 -> first at or after 2.0
+    assert result["wait_seconds"] == pytest.approx(2.25)
     posts = [c for c in fake.calls if c[0] == "POST"]
     assert posts == [("POST", ROUTER + "/workers", {"url": W1}, None)]
+
+
+def test_a_worker_listed_at_once_costs_one_short_poll_not_half_a_second():
+    clock = FakeClock()
+    fake = FakeRouter(clock, workers=[W2], add_delay=0.01)
+    fake.answering.add(W1)
+    result = manager(fake, clock).ensure_present(W1, timeout=30)
+    assert result["wait_seconds"] == pytest.approx(0.05)
+
+
+def test_the_drain_confirms_a_zero_after_the_confirmation_gap():
+    clock = FakeClock()
+    fake = FakeRouter(clock, workers=[W1])
+    fake.loads[W1] = [0, 0]
+    result = manager(fake, clock).ensure_absent(W1, drain_timeout=60)
+    assert result["drained"] is True
+    assert result["drain_seconds"] == pytest.approx(0.2)
 
 
 def test_present_sends_the_worker_key_to_the_router():
