@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 
+from ansible_collections.gpufleet.inference.plugins.module_utils._files import write_json
 from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
 
 REQUIRED = "required"   # a config line must be logged and agree
@@ -124,17 +124,4 @@ def receipt_of(receipt, unit, invocation_id):
 
 def write_receipt(path, receipt):
     """Atomically (temp file + rename), mode 0644: a receipt holds no secret."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    handle, tmp = tempfile.mkstemp(prefix=".receipt-", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump(receipt, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_json(path, receipt)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import csv
 import io
 import os
-import tempfile
 import traceback
+
+from ansible_collections.gpufleet.inference.plugins.module_utils._files import write_atomic
 
 # matplotlib is imported only where a chart is drawn: every gpufleet filter loads the filter
 # files, and a top-level import made each of them pay ~0.7 s of CPU on the controller.
@@ -200,17 +201,7 @@ def _read_bytes(path):
 
 
 def _write_atomic(path, data):
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data, 0o644)
 
 
 def query(results_dir, candidates=None, key_fields=None):

@@ -27,7 +27,8 @@ import os
 import re
 import secrets
 import socket
-import tempfile
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _files
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -137,20 +138,10 @@ def check_run_id(run_id):
 
 
 def write_json(path, data):
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o755)
-    handle, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump(data, out, indent=2, sort_keys=True, default=str)
-            out.write("\n")
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """A record, atomically; a value JSON cannot hold is written as its text (a record is never lost)."""
+    _files.write_json(path, data, default=str)
+
+
 
 
 def read_json(path, default=None):

@@ -103,37 +103,13 @@ changed_files:
 
 import json
 import os
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes as _read, write_atomic as _write_atomic
 from ansible_collections.gpufleet.inference.plugins.module_utils._unit_file import parse_environ, rebuild_from_process
 
 RECORD = "record.json"
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
-
-
-def _write_atomic(path, data, mode, owner=None):
-    directory = os.path.dirname(path)
-    handle, tmp = tempfile.mkstemp(prefix=".gpufleet-", dir=directory)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, mode)
-        if owner is not None:
-            os.chown(tmp, owner[0], owner[1])
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _copy_name(path):
