@@ -93,6 +93,12 @@ options:
     description: Where M(gpufleet.inference.sglang_last_good) keeps copies; RV(last_good) says whether one exists.
     type: path
     default: /var/lib/gpufleet-inference/last-good
+  accounts:
+    description:
+      - The user and group the unit runs as (C(user), C(group)); RV(missing_accounts) names those that do not exist
+        on the host, so the role creates them only then (not at every change).
+    type: dict
+    default: {}
   probe:
     description: Send one C(/generate) to check that the process serves.
     type: bool
@@ -153,6 +159,12 @@ missing_files:
   returned: always
   type: list
   elements: str
+missing_accounts:
+  description: Of O(accounts), those that do not exist on the host, as C(user NAME) or C(group NAME).
+  returned: always
+  type: list
+  elements: str
+  sample: [group sglang, user sglang]
 enabled:
   description: Whether the unit is enabled (C(UnitFileState)).
   returned: when the unit exists
@@ -227,6 +239,9 @@ unverified_reason:
   type: str
 """
 
+import grp
+import pwd
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
@@ -247,9 +262,24 @@ ARGUMENT_SPEC = _argspec.merged(
     secret_files=dict(type="list", elements="dict", default=[], options=SECRET_FILE_SPEC, no_log=False),
     server_info=dict(type="dict"),
     last_good_dir=dict(type="path", default="/var/lib/gpufleet-inference/last-good"),
+    accounts=dict(type="dict", default={}),
     probe=dict(type="bool", default=True),
     request_timeout=dict(type="float", default=30),
 )
+
+
+def missing_accounts(accounts):
+    """`user NAME` / `group NAME` for each of accounts' user and group that does not exist here."""
+    missing = []
+    for kind, lookup in (("group", grp.getgrnam), ("user", pwd.getpwnam)):
+        name = accounts.get(kind)
+        if not name or str(name).isdigit():
+            continue
+        try:
+            lookup(str(name))
+        except KeyError:
+            missing.append("%s %s" % (kind, name))
+    return missing
 
 
 def run(module, host=None):
@@ -261,6 +291,7 @@ def run(module, host=None):
     intent = Intent(params["expect"], params["config_line"], params["command"], params["environment"])
     result = DriftCheck(host, intent, files, params["server_info"], params["probe"], params["request_timeout"],
                         params["last_good_dir"]).run()
+    result["missing_accounts"] = missing_accounts(params["accounts"])
     module.exit_json(changed=False, **result)
 
 

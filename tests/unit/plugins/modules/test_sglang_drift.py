@@ -125,3 +125,16 @@ def test_an_unquoted_yaml_mode_is_understood(monkeypatch, tmp_path):
     result, failed, module = drift(monkeypatch, running_host(), files=[{"path": unit, "content": UNIT_TEXT,
                                                                         "mode": 0o644}])
     assert result["differences"] == []
+
+
+def test_missing_accounts_names_only_the_user_and_group_that_do_not_exist(monkeypatch):
+    result, failed, _module = drift(monkeypatch, running_host(),
+                                    accounts={"user": "no-such-user-gpf", "group": "root"})
+    assert not failed and result["missing_accounts"] == ["user no-such-user-gpf"]
+    result, failed, _module = drift(monkeypatch, running_host(),
+                                    accounts={"user": "root", "group": "no-such-group-gpf"})
+    assert result["missing_accounts"] == ["group no-such-group-gpf"]
+    result, failed, _module = drift(monkeypatch, running_host(), accounts={"user": "root", "group": "0"})
+    assert result["missing_accounts"] == []
+    result, failed, _module = drift(monkeypatch, running_host())
+    assert result["missing_accounts"] == []

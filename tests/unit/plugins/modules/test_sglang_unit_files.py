@@ -1,0 +1,111 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""sglang_unit_files on real files under tmp_path: install, idempotence, verify-before-write, secrets."""
+import os
+import shutil
+import stat
+
+import pytest
+
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpufleet.inference.plugins.modules import sglang_unit_files
+
+from fakes import ModuleExit, patch_module_exits
+
+UID, GID = os.getuid(), os.getgid()
+GOOD_UNIT = "[Unit]\nDescription=x\n\n[Service]\nExecStart=/bin/true\n"
+BAD_UNIT = "[Service]\nExecStart=relative/path --x\n"
+SECRET = 'api_key: "uf-s3cret"\n'
+needs_systemd = pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+
+
+def spec(path, content, mode="0644", verify=False):
+    return {"path": str(path), "content": content, "mode": mode, "owner": str(UID), "group": str(GID),
+            "verify_unit": verify}
+
+
+def run(monkeypatch, files=(), secret_files=(), check_mode=False, diff=False):
+    patch_module_exits(monkeypatch)
+    with patch_module_args({"files": list(files), "secret_files": list(secret_files),
+                            "_ansible_check_mode": check_mode, "_ansible_diff": diff}):
+        with pytest.raises(ModuleExit) as caught:
+            sglang_unit_files.main()
+    return caught.value.result, caught.value.failed
+
+
+def mode_of(path):
+    return stat.S_IMODE(os.stat(str(path)).st_mode)
+
+
+@needs_systemd
+def test_installs_missing_files_and_their_directories_then_is_idempotent(monkeypatch, tmp_path):
+    unit = tmp_path / "system" / "demo.service"
+    config = tmp_path / "etc" / "sglang" / "sglang.yaml"
+    files, secrets = [spec(unit, GOOD_UNIT, verify=True)], [spec(config, SECRET, mode="0640")]
+    result, failed = run(monkeypatch, files, secrets)
+    assert not failed and result["changed"] is True
+    assert result["changed_files"] == [str(unit), str(config)]
+    assert sorted(result["created_dirs"]) == sorted([str(unit.parent), str(config.parent)])
+    assert unit.read_text() == GOOD_UNIT and config.read_text() == SECRET
+    assert mode_of(unit) == 0o644 and mode_of(config) == 0o640
+    again, failed = run(monkeypatch, files, secrets)
+    assert not failed and again["changed"] is False and again["changed_files"] == []
+
+
+def test_a_mode_change_alone_is_a_change(monkeypatch, tmp_path):
+    path = tmp_path / "sglang.yaml"
+    path.write_text(SECRET)
+    os.chmod(str(path), 0o644)
+    result, failed = run(monkeypatch, secret_files=[spec(path, SECRET, mode="0640")])
+    assert not failed and result["changed_files"] == [str(path)]
+    assert mode_of(path) == 0o640
+
+
+@needs_systemd
+def test_a_unit_systemd_rejects_never_lands_and_nothing_else_is_written(monkeypatch, tmp_path):
+    unit = tmp_path / "demo.service"
+    unit.write_text(GOOD_UNIT)
+    other = tmp_path / "other.conf"
+    result, failed = run(monkeypatch, [spec(unit, BAD_UNIT, verify=True), spec(other, "x\n")])
+    assert failed
+    assert "systemd-analyze verify rejected %s" % unit in result["msg"]
+    assert "Nothing was written" in result["msg"]
+    assert unit.read_text() == GOOD_UNIT  # the old unit stays
+    assert not other.exists()  # and no other file of the call was written
+    assert [p.name for p in tmp_path.iterdir()] == ["demo.service"]  # no temporary file left
+
+
+def test_check_mode_reports_and_writes_nothing(monkeypatch, tmp_path):
+    unit = tmp_path / "demo.service"
+    unit.write_text("old\n")
+    result, failed = run(monkeypatch, [spec(unit, BAD_UNIT, verify=True)], check_mode=True)
+    assert not failed and result["changed"] is True and result["changed_files"] == [str(unit)]
+    assert unit.read_text() == "old\n"
+
+
+def test_diff_shows_a_unit_but_never_a_secret(monkeypatch, tmp_path):
+    unit, config = tmp_path / "a.conf", tmp_path / "sglang.yaml"
+    unit.write_text("old\n")
+    config.write_text('api_key: "old-s3cret"\n')
+    result, failed = run(monkeypatch, [spec(unit, "new\n")], [spec(config, SECRET, mode="0640")], diff=True)
+    assert not failed
+    text = repr(result)
+    assert "old\\n" in text and "new\\n" in text
+    assert "s3cret" not in text
+    assert result["diff"][1]["after"] == "(secret file changed: content, mode)\n"
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("owner", "no-such-user-gpf", "user no-such-user-gpf does not exist"),
+    ("group", "no-such-group-gpf", "group no-such-group-gpf does not exist"),
+    ("mode", "rw-r--r--", "is not an octal mode"),
+    ("path", "relative/unit.service", "is not an absolute path"),
+])
+def test_bad_input_fails_before_anything_is_written(monkeypatch, tmp_path, field, value, message):
+    good = tmp_path / "first.conf"
+    bad = spec(tmp_path / "second.conf", "x\n")
+    bad[field] = value
+    result, failed = run(monkeypatch, [spec(good, "x\n"), bad])
+    assert failed and message in result["msg"]
+    assert not good.exists()
