@@ -142,8 +142,6 @@ def write_json(path, data):
     _files.write_json(path, data, default=str)
 
 
-
-
 def read_json(path, default=None):
     try:
         with open(path) as handle:
