@@ -7,7 +7,6 @@ it goes to the --config YAML file), and that `systemd-analyze verify` accepts th
 exactly as the role's `validate:` runs it.
 """
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from ansible_collections.gpufleet.inference.plugins.modules import sglang_unit_files
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang"
@@ -141,36 +142,42 @@ def test_journald_dropin(k26_render):
     assert "[Journal]\nRateLimitIntervalSec=30s\nRateLimitBurst=100000\n" in text
 
 
-def role_validate_command():
-    """The `validate:` of the role's unit task, as ansible.builtin.template runs it."""
-    tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
-    (task,) = [t for t in tasks if t["name"] == "Install the SGLang unit"]
-    return task["ansible.builtin.copy"]["validate"]
+class Host(object):
+    """What sglang_unit_files asks of AnsibleModule to verify a unit, done for real here."""
+
+    @staticmethod
+    def get_bin_path(name, required=False):
+        return shutil.which(name)
+
+    @staticmethod
+    def run_command(argv):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return done.returncode, done.stdout, done.stderr
 
 
-def run_validate(path, unit_name="sglang.service"):
-    command = role_validate_command().replace("{{ sglang_unit_name }}", unit_name)
-    return subprocess.run(shlex.split(command % str(path)), capture_output=True, text=True,
-                          check=False)
-
-
-@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
-def test_systemd_analyze_accepts_the_unit(k26_render, tmp_path):
-    # ansible's template validates a temp file with an arbitrary name; the role's command copes.
-    temp = tmp_path / "tmpXYZ123"
-    shutil.copy(k26_render / "sglang.service", temp)
-    result = run_validate(temp)
-    assert result.returncode == 0, result.stderr
+def verify(text, path="/etc/systemd/system/sglang.service"):
+    """The role's install step checks the rendered unit with sglang_unit_files' systemd-analyze verify."""
+    sglang_unit_files.verify_unit(Host(), {"path": path, "data": text.encode()})
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
-def test_systemd_analyze_rejects_a_broken_unit(k26_render, tmp_path):
-    temp = tmp_path / "tmpBROKEN"
+def test_systemd_analyze_accepts_the_unit(k26_render):
+    verify((k26_render / "sglang.service").read_text())
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
+def test_systemd_analyze_rejects_a_broken_unit(k26_render):
     text = (k26_render / "sglang.service").read_text()
-    temp.write_text(text.replace('ExecStart="/usr/bin/python3"', 'ExecStart="/nonexistent/python"'))
-    result = run_validate(temp)
-    assert result.returncode != 0
-    assert "/nonexistent/python" in result.stderr
+    with pytest.raises(sglang_unit_files.InstallError, match="/nonexistent/python") as caught:
+        verify(text.replace('ExecStart="/usr/bin/python3"', 'ExecStart="/nonexistent/python"'))
+    assert "systemd-analyze verify rejected /etc/systemd/system/sglang.service" in str(caught.value)
+
+
+def test_the_role_installs_the_unit_with_verification():
+    tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
+    (task,) = [t for t in tasks if "gpufleet.inference.sglang_unit_files" in t and "secret_files" in
+               t["gpufleet.inference.sglang_unit_files"]]
+    assert task["gpufleet.inference.sglang_unit_files"]["files"][0]["verify_unit"] is True
 
 
 def test_invalid_settings_fail_the_render_naming_the_variable(tmp_path):
