@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The collection's one HTTP client: JSON over ``ansible.module_utils.urls.open_url``.
+"""The collection's one HTTP client: JSON over ``ansible.module_utils.urls.Request``.
 
 Private to this collection: no compatibility promise. Used by the server probes, the router
 client and the benchmark. It never raises for network outcomes: every exchange is a Response
@@ -81,8 +81,15 @@ def _classify(exc):
 
 
 def open_url_transport(validate_certs=True):
-    """``(method, url, payload, headers, timeout) -> Response`` over open_url."""
-    from ansible.module_utils.urls import open_url
+    """``(method, url, payload, headers, timeout) -> Response`` over ansible's urls.Request.
+
+    One SSL context per transport, made at the first request: ``open_url`` makes a new one (and
+    loads the system's CA certificates) for every request, also for plain http, which cost
+    20-50 ms of CPU per poll of the router or the server.
+    """
+    from ansible.module_utils.urls import Request, make_context
+
+    contexts = []
 
     def transport(method, url, payload, headers, timeout):
         data = None
@@ -91,8 +98,11 @@ def open_url_transport(validate_certs=True):
             data = json.dumps(payload)
             headers["Content-Type"] = "application/json"
         try:
-            resp = open_url(url, data=data, headers=headers, method=method, timeout=max(float(timeout), 0.1),
-                            validate_certs=validate_certs, follow_redirects="none")
+            if not contexts:
+                contexts.append(make_context(validate_certs=validate_certs))
+            resp = Request(context=contexts[0]).open(
+                method, url, data=data, headers=headers, timeout=max(float(timeout), 0.1),
+                validate_certs=validate_certs, follow_redirects="none")
             return Response(HTTP, getattr(resp, "status", None) or resp.getcode(), text_of(resp.read()))
         except HTTPError as exc:
             try:

@@ -4,7 +4,7 @@
 """Probe an SGLang server over HTTP and find which process owns its listening socket.
 
 Private to this collection: no compatibility promise. No third-party libraries: HTTP goes
-through ``ansible.module_utils.urls.open_url``; provenance reads /proc (root injectable).
+through the collection's HTTP client (_http); provenance reads /proc (root injectable).
 """
 from __future__ import annotations
 

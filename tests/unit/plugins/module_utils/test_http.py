@@ -30,22 +30,37 @@ class FakeResp(object):
 
 @pytest.fixture
 def open_url(monkeypatch):
-    """Patches ansible.module_utils.urls.open_url (imported by the transport at call time)."""
+    """Patches ansible.module_utils.urls.Request.open and make_context (imported at call time)."""
     calls = []
     outcomes = []
+    contexts = []
 
-    def fake(url, **kwargs):
-        calls.append((url, kwargs))
+    def fake(self, method, url, **kwargs):
+        calls.append((url, dict(kwargs, method=method, context=self.context)))
         if not outcomes:
             return FakeResp(200, b"{}")
         outcome = outcomes.pop(0)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
-    monkeypatch.setattr(urls, "open_url", fake)
+
+    def make_context(**kwargs):
+        contexts.append(kwargs)
+        return "context-%d" % len(contexts)
+    monkeypatch.setattr(urls.Request, "open", fake)
+    monkeypatch.setattr(urls, "make_context", make_context)
     fake.calls = calls
     fake.outcomes = outcomes
+    fake.contexts = contexts
     return fake
+
+
+def test_one_ssl_context_per_transport_not_one_per_request(open_url):
+    transport = http.open_url_transport(validate_certs=False)
+    for dummy in range(5):
+        transport("GET", "http://h:1/health", None, {}, 1)
+    assert open_url.contexts == [{"validate_certs": False}]
+    assert {kwargs["context"] for dummy, kwargs in open_url.calls} == {"context-1"}
 
 
 # --------------------------------------------------------------------------- Response
