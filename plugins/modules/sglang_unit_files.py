@@ -29,13 +29,13 @@ options:
     type: list
     elements: dict
     default: []
-    suboptions:
+    suboptions: &file_suboptions
       path:
         description: Absolute path of the file.
         type: path
         required: true
       content:
-        description: The whole content.
+        description: The whole content (never shown for O(secret_files)).
         type: str
         required: true
       mode:
@@ -60,31 +60,8 @@ options:
     type: list
     elements: dict
     default: []
-    suboptions:
-      path:
-        description: Absolute path of the file.
-        type: path
-        required: true
-      content:
-        description: The whole content (a secret).
-        type: str
-        required: true
-      mode:
-        description: Octal mode, as a string.
-        type: str
-        default: "0644"
-      owner:
-        description: User name or numeric uid.
-        type: str
-        default: root
-      group:
-        description: Group name or numeric gid.
-        type: str
-        default: root
-      verify_unit:
-        description: Check the content with C(systemd-analyze verify) before writing.
-        type: bool
-        default: false
+    # The same keys as O(files).
+    suboptions: *file_suboptions
 attributes:
   check_mode:
     support: full

@@ -13,7 +13,8 @@ from ansible_collections.gpufleet.inference.plugins.modules import sglang_unit_f
 
 from fakes import ModuleExit, patch_module_exits
 
-UID, GID = os.getuid(), os.getgid()
+UID = os.getuid()
+GID = os.getgid()
 GOOD_UNIT = "[Unit]\nDescription=x\n\n[Service]\nExecStart=/bin/true\n"
 BAD_UNIT = "[Service]\nExecStart=relative/path --x\n"
 SECRET = 'api_key: "uf-s3cret"\n'
