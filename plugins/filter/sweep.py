@@ -20,6 +20,13 @@ def sglang_sweep_best(best_row, combos, keys):
     return _sweep.best_combination(best_row, combos, keys)
 
 
+def sglang_sweep_restore(mode, best_row, combos, keys, original):
+    try:
+        return _sweep.restore_values(mode, best_row, combos, keys, original)
+    except _sweep.SweepError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
 def sglang_sweep_observed(config):
     return _sweep.observed_text(config)
 
@@ -31,5 +38,6 @@ class FilterModule:
         return {
             "sglang_sweep_combinations": sglang_sweep_combinations,
             "sglang_sweep_best": sglang_sweep_best,
+            "sglang_sweep_restore": sglang_sweep_restore,
             "sglang_sweep_observed": sglang_sweep_observed,
         }

@@ -46,6 +46,15 @@ def best_combination(best_row, combos, keys):
     return None
 
 
+def restore_values(mode, best_row, combos, keys, original):
+    """What a sweep's end restores: with mode 'best' the best measured combination (the original
+    values when no combination was measured), with 'original' the original values."""
+    if mode not in ("original", "best"):
+        raise SweepError("sweep_restore must be original or best to restore values, got %r" % (mode,))
+    best = best_combination(best_row, combos, keys) if mode == "best" else None
+    return best if best is not None else original
+
+
 def observed_text(config):
     """A config line's settings as one cell: 'block_size=16 draft_window_size=None compact_cache=False'."""
     return " ".join("%s=%s" % (key, "None" if value is None else value)

@@ -5,7 +5,8 @@
 - no role-private variable (``__sglang_*``) outside ``roles/sglang/``;
 - no ``ansible.builtin.shell`` (or ``shell``) task in ``playbooks/``;
 - no Jinja program longer than 3 lines in ``playbooks/`` or ``roles/*/tasks/``, counted in the SOURCE
-  (a folded ``>-`` scalar is one string once parsed, but as many lines as the reader has to read).
+  with the ``|``/``>-`` indicator line (a folded scalar is one string once parsed, but as many lines as
+  the reader has to read).
 """
 from pathlib import Path
 
@@ -61,10 +62,9 @@ def jinja_scalars(source):
             for item in node.value:
                 walk(item)
         elif isinstance(node, yaml.ScalarNode) and ("{{" in node.value or "{%" in node.value):
-            written = source[node.start_mark.index:node.end_mark.index].splitlines()
-            if node.style in ("|", ">"):
-                written = written[1:]  # the indicator line (| or >-) holds no program
-            found.append((node.start_mark.line + 1, len([line for line in written if line.strip()])))
+            # Every line the reader reads, the indicator line of a block scalar (| or >-) included.
+            written = source[node.start_mark.index:node.end_mark.index].rstrip().splitlines()
+            found.append((node.start_mark.line + 1, len(written)))
 
     for document in yaml.compose_all(source):
         walk(document)
@@ -82,8 +82,8 @@ def test_the_rule_catches_what_it_must():
     literal = "- name: x\n  ansible.builtin.set_fact:\n    y: |\n      {{ a\n      b\n      c\n      d }}\n"
     folded = "- name: x\n  ansible.builtin.set_fact:\n    y: >-\n      {{ a\n      b\n      c\n      d }}\n    z: 1\n"
     plain = "- name: x\n  ansible.builtin.set_fact:\n    y: \"{{ a\n      b }}\"\n    w: '{{ c }}'\n"
-    assert jinja_scalars(literal) == [(3, 4)]
-    assert jinja_scalars(folded) == [(3, 4)]  # one line once parsed, four in the source
+    assert jinja_scalars(literal) == [(3, 5)]
+    assert jinja_scalars(folded) == [(3, 5)]  # one line once parsed, five in the source (with ">-")
     assert jinja_scalars(plain) == [(3, 2), (5, 1)]
     assert [task["name"] for task in tasks(yaml.safe_load("- hosts: all\n  tasks:\n    - name: s\n      shell: ls\n"))
             ] == ["s"]

@@ -38,6 +38,21 @@ def test_best_row_maps_back_to_its_combination():
     assert FILTERS["sglang_sweep_best"](None, combos, keys) is None
 
 
+def test_restore_is_the_best_combination_or_the_original_values():
+    combos = _sweep.combinations(MATRIX)
+    keys = list(MATRIX)
+    original = {"sglang_speculative_draft_window_size": 4096, "sglang_speculative_num_draft_tokens": 8}
+    best = {"sglang_speculative_draft_window_size": "", "sglang_speculative_num_draft_tokens": "16"}
+    restore = FILTERS["sglang_sweep_restore"]
+    assert restore("best", best, combos, keys, original) == combos[1]
+    assert restore("original", best, combos, keys, original) == original
+    assert restore("best", None, combos, keys, original) == original  # nothing measured
+    assert restore("best", {"sglang_speculative_draft_window_size": "512",
+                            "sglang_speculative_num_draft_tokens": "16"}, combos, keys, original) == original
+    with pytest.raises(AnsibleFilterError, match="sweep_restore must be original or best"):
+        restore("none", best, combos, keys, original)
+
+
 def test_observed_text():
     config = {"attention_backend": "fa3", "model": "M", "block_size": 16, "draft_window_size": None,
               "compact_cache": False}
