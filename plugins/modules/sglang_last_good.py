@@ -106,7 +106,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes as _read, write_atomic as _write_atomic
+from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes, write_atomic
 from ansible_collections.gpufleet.inference.plugins.module_utils._unit_file import parse_environ, rebuild_from_process
 
 RECORD = "record.json"
@@ -125,7 +125,7 @@ class LastGood(object):
         self.record_path = os.path.join(self.unit_dir, RECORD)
 
     def record(self):
-        data = _read(self.record_path)
+        data = read_bytes(self.record_path)
         try:
             return json.loads(data) if data else None
         except ValueError:
@@ -140,8 +140,8 @@ class LastGood(object):
             self.module.fail_json(msg="from_process: %s has no running main process (%s); nothing saved" % (
                 unit, (err or out).strip() or "MainPID=0"), exists=self.record() is not None, record=None,
                 files=[], changed_files=[])
-        raw_argv = _read("/proc/%s/cmdline" % pid)
-        raw_env = _read("/proc/%s/environ" % pid)
+        raw_argv = read_bytes("/proc/%s/cmdline" % pid)
+        raw_env = read_bytes("/proc/%s/environ" % pid)
         if not raw_argv or raw_env is None:
             self.module.fail_json(msg="from_process: cannot read the command line and environment of %s's main "
                                   "process %s (gone, or not root); nothing saved" % (unit, pid),
@@ -156,7 +156,7 @@ class LastGood(object):
         process = self.running_process() if self.module.params["from_process"] else None
         record = dict(record)
         for path in files:
-            data = _read(path)
+            data = read_bytes(path)
             if data is None:
                 continue
             if process is not None and os.path.basename(path) == self.module.params["unit"]:
@@ -177,7 +177,7 @@ class LastGood(object):
         old = self.record() or {}
         for name, (path, data, mode, uid, gid) in sorted(wanted.items()):
             kept.append({"path": path, "copy": name, "mode": "%04o" % mode, "uid": uid, "gid": gid})
-            if _read(os.path.join(self.unit_dir, name)) != data:
+            if read_bytes(os.path.join(self.unit_dir, name)) != data:
                 changed.append(path)
         dropped = [item["path"] for item in old.get("files", []) if item.get("copy") not in wanted]
         changed.extend(dropped)
@@ -193,12 +193,12 @@ class LastGood(object):
             os.makedirs(self.unit_dir, 0o700)
         os.chmod(self.unit_dir, 0o700)
         for name, (path, data, mode, dummy, dummy) in wanted.items():
-            _write_atomic(os.path.join(self.unit_dir, name), data, mode)
+            write_atomic(os.path.join(self.unit_dir, name), data, mode)
         for item in old.get("files", []):
             if item.get("copy") not in wanted and os.path.exists(os.path.join(self.unit_dir, item["copy"])):
                 os.unlink(os.path.join(self.unit_dir, item["copy"]))
         new_record["saved_at"] = time.time()
-        _write_atomic(self.record_path, (json.dumps(new_record, indent=2, sort_keys=True) + "\n").encode(), 0o600)
+        write_atomic(self.record_path, (json.dumps(new_record, indent=2, sort_keys=True) + "\n").encode(), 0o600)
         return changed or [self.record_path], new_record
 
     def restore(self):
@@ -208,16 +208,16 @@ class LastGood(object):
                 self.module.params["unit"], self.unit_dir), exists=False, record=None, files=[], changed_files=[])
         changed = []
         for item in record.get("files", []):
-            data = _read(os.path.join(self.unit_dir, item["copy"]))
+            data = read_bytes(os.path.join(self.unit_dir, item["copy"]))
             if data is None:
                 self.module.fail_json(msg="the last-known-good copy of %s lacks %s (%s)" % (
                     self.module.params["unit"], item["path"], item["copy"]), exists=True, record=record,
                     files=[], changed_files=[])
             owner = (item["uid"], item["gid"]) if "uid" in item and "gid" in item else None
-            if _read(item["path"]) != data:
+            if read_bytes(item["path"]) != data:
                 changed.append(item["path"])
                 if not self.module.check_mode:
-                    _write_atomic(item["path"], data, int(item.get("mode", "0644"), 8), owner)
+                    write_atomic(item["path"], data, int(item.get("mode", "0644"), 8), owner)
         return changed, record
 
 
