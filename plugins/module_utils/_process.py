@@ -12,24 +12,18 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes
+
 MASK = "********"
 # Flags whose values are secrets (SGLang's --api-key, --admin-api-key, tokens of extra args).
 _SECRET_FLAG = re.compile(r"^--[\w-]*(key|token|secret|password)$", re.IGNORECASE)
-
-
-def _read(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def process_state(pid, root="/"):
     """The state letter of /proc/PID/stat (R, S, D, Z, ...), or None when there is no such process."""
     if not pid:
         return None
-    raw = _read(os.path.join(root, "proc", str(pid), "stat"))
+    raw = read_bytes(os.path.join(root, "proc", str(pid), "stat"))
     if not raw:
         return None
     fields = raw.decode("utf-8", "replace").rsplit(")", 1)[-1].split()
@@ -44,8 +38,8 @@ def process_alive(pid, root="/"):
 
 def process_start_time(pid, root="/"):
     """When the process started (epoch seconds): boot time + its start in clock ticks."""
-    stat = _read(os.path.join(root, "proc", str(pid), "stat"))
-    boot = _read(os.path.join(root, "proc", "stat"))
+    stat = read_bytes(os.path.join(root, "proc", str(pid), "stat"))
+    boot = read_bytes(os.path.join(root, "proc", "stat"))
     if not stat or not boot:
         return None
     try:
@@ -58,7 +52,7 @@ def process_start_time(pid, root="/"):
 
 def read_cmdline(pid, root="/"):
     """argv of the process, or None (gone, or still inside exec: the kernel shows it empty)."""
-    raw = _read(os.path.join(root, "proc", str(pid), "cmdline"))
+    raw = read_bytes(os.path.join(root, "proc", str(pid), "cmdline"))
     if not raw:
         return None
     return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")]
@@ -66,7 +60,7 @@ def read_cmdline(pid, root="/"):
 
 def read_environ(pid, keys, root="/"):
     """The process's initial environment, restricted to `keys` (others are never returned)."""
-    raw = _read(os.path.join(root, "proc", str(pid), "environ"))
+    raw = read_bytes(os.path.join(root, "proc", str(pid), "environ"))
     if raw is None:
         return None
     wanted = set(keys)
