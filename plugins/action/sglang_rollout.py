@@ -23,15 +23,6 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._router import 
 
 display = Display()
 
-# step -> (in_router, what runs on the host, status while at that step)
-STEPS = {
-    "draining": (False, "the previous unit (leaving the router)", "in progress"),
-    "applying": (False, "the new unit, not verified yet (install, restart, wait)", "in progress"),
-    "verified": (False, "the new unit, verified", "verified, not rejoined"),
-    "rejoined": (True, "the new unit, verified", "updated"),
-}
-DONE_STATUSES = ("updated", "recovered", "unchanged (verified)", "reverted")
-
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -121,149 +112,9 @@ class ActionModule(ActionBase):
 
     def _record(self, args, task_vars):
         run = args.get("run") or {}
-        if not run.get("run_dir"):
-            raise ro.RolloutError("record needs run (the result of state=start)")
         host = args.get("host") or task_vars.get("inventory_hostname")
-        step = args.get("step")
-        record = self._build_record(host, step, args, run)
-        root = os.path.dirname(run["run_dir"])
-        with ro.RootLock(root):
-            path = os.path.join(run["run_dir"], "%s.json" % host)
-            merged = dict(ro.read_json(path) or {}, **record)
-            merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": ro.iso(), "status": merged["status"]}]
-            ro.write_json(path, merged)
-            if not run.get("check_mode"):  # the fleet's ledger: where each host was left, by any run
-                ro.write_json(os.path.join(root, ro.FLEET, "%s.json" % host), {
-                    "host": host, "run_id": run["run_id"], "step": step, "status": merged["status"],
-                    "failed_step": merged.get("failed_step") if step == "failed" else None,
-                    "in_router": merged.get("in_router"), "runs": merged.get("runs"), "at": ro.iso()})
-            self._write_summary(run)
+        merged = ro.record_step(run, host, args.get("step"), args)
         return {"ansible_facts": {"rollout_host_state": merged}, "record": merged}
-
-    def _build_record(self, host, step, args, run):
-        drift = args.get("drift") or {}
-        fleet = (run.get("fleet") or {}).get(host) or {}
-        record = {"host": host, "run_id": run.get("run_id")}
-        if step == "prepared":
-            left_out = fleet.get("in_router") is False
-            if run.get("check_mode"):
-                status = "in sync" if drift.get("in_sync") and not left_out else "would change"
-            elif drift.get("in_sync") and not left_out:
-                status = "unchanged (verified)"
-            else:
-                status = "pending"
-            record.update(status=status, step=step, old_invocation=drift.get("invocation_id"),
-                          endpoint=args.get("endpoint"),
-                          observed=drift.get("observed"), differences=drift.get("differences") or [],
-                          restart_pending=drift.get("restart_pending"), drift_verdict=drift.get("verdict"),
-                          in_router=None if not args.get("router") else (False if left_out else None))
-            if left_out:
-                record["recovering"] = ("left out of the router by run %s at step %s (%s); it is brought to the "
-                                        "intended settings, verified and put back" % (
-                                            fleet.get("run_id"), fleet.get("failed_step") or fleet.get("step"),
-                                            fleet.get("at")))
-            return record
-        if step in STEPS:
-            in_router, runs, status = STEPS[step]
-            if not args.get("router"):
-                in_router = None
-            if step == "rejoined" and args.get("recovering"):
-                status = "recovered"
-            record.update(step=step, status=status, in_router=in_router, runs=runs)
-            verified = args.get("verified") or {}
-            if step in ("verified", "rejoined") and verified:
-                restarted = verified.get("invocation_id") != drift.get("invocation_id")
-                record.update(new_invocation=verified.get("invocation_id"), observed=verified.get("observed"),
-                              config_line_mode=verified.get("config_line_mode"), source=verified.get("source"),
-                              verified=verified.get("verified"), restarted=restarted,
-                              time_to_ready=(verified.get("phases") or {}).get("generate", {}).get("elapsed")
-                              if restarted else None,
-                              settle_seconds=args.get("min_ready_seconds"), verify_msg=verified.get("msg"))
-                if step == "rejoined" and not restarted and status == "updated":
-                    record["status"] = "recovered" if args.get("recovering") else "unchanged (verified)"
-            if args.get("drained") is not None:
-                record["drained_seconds"] = (args.get("drained") or {}).get("drain_seconds")
-            if step == "rejoined":
-                saved = args.get("last_good") or {}
-                record["last_good_saved"] = bool(saved.get("exists")) and not args.get("last_good_error")
-                if args.get("last_good_error"):
-                    record["last_good_error"] = args["last_good_error"]
-            return record
-        if step == "failed":
-            return self._failure(record, args)
-        raise ro.RolloutError("unknown step %r" % step)
-
-    @staticmethod
-    def _failure(record, args):
-        reached = (args.get("state_before") or {}).get("step")
-        failure = args.get("failure") or {}
-        revert = args.get("revert") or {}
-        router = bool(args.get("router"))
-        lost = failure.get("verdict") == "connection_lost" or failure.get("unreachable")
-        cause = failure.get("msg") or "unknown failure"
-        if isinstance(cause, list):
-            cause = "; ".join(str(item) for item in cause)
-        task = args.get("task") or "?"
-        rejoined = bool(args.get("rejoined_after_revert"))
-        left = reached in ("draining", "applying")  # it had been taken out of the router
-        if reached == "verified":
-            status = "verified, not rejoined"
-            outcome = ("the new settings were verified, but the host could not be put back into the router: it runs "
-                       "the new, verified unit and serves no router traffic. It was NOT reverted (nothing is wrong "
-                       "with it); re-run the rollout to put it back")
-            in_router = False
-            runs = STEPS["verified"][1]
-        elif lost:
-            outcome = ("the connection to the host was lost at step %s: nothing more is known of it; it %s and "
-                       "runs %s. Re-run the rollout when it is reachable: it resumes this run" % (
-                           reached or "prepared", "is OUT of the router" if router and left else
-                           "was not taken out of the router" if router else "was not reverted",
-                           STEPS.get(reached, (None, "the previous unit"))[1]))
-            status, in_router, runs = "failed", ((not left) if router else None), \
-                STEPS.get(reached, (None, "unknown", None))[1]
-        elif not args.get("changed"):
-            status, outcome = "failed", "nothing on the host had changed; no revert needed"
-            in_router = (rejoined or not left) if router else None
-            runs = "the previous unit (unchanged)"
-            if router and left and not rejoined:
-                outcome += "; it is OUT of the router (it had left it)"
-        elif not revert:
-            status = "failed"
-            outcome = "NO last-known-good unit to revert to: the host is left as it is%s" % (
-                " and is OUT of the router, serving nothing" if router else "")
-            in_router, runs = (False if router else None), "the new unit, not verified"
-        elif revert.get("healthy"):
-            status = "reverted"
-            outcome = "reverted to the last-known-good unit: invocation %s verified (%s)%s" % (
-                revert.get("invocation_id"), revert.get("observed"),
-                "; back in the router" if router and rejoined else "; NOT back in the router" if router else "")
-            in_router, runs = (rejoined if router else None), "the last-known-good unit, verified"
-        else:
-            status = "failed"
-            outcome = ("the revert to the last-known-good unit FAILED too (%s): %s. The host is %s and runs the "
-                       "last-known-good unit, not verified" % (revert.get("verdict"), revert.get("msg"),
-                                                               "OUT of the router, serving nothing" if router
-                                                               else "not serving verified settings"))
-            in_router, runs = (False if router else None), "the last-known-good unit, not verified"
-        record.update(step="failed", status=status, failed_step=reached, failed_task=task, error=cause,
-                      in_router=in_router, runs=runs, connection_lost=bool(lost), outcome=outcome,
-                      reverted=bool(revert.get("healthy")), revert=revert or None,
-                      message="Rollout stopped at %s: %s: %s. %s." % (record["host"], task, cause.rstrip("."),
-                                                                      outcome))
-        return record
-
-    @staticmethod
-    def _write_summary(run):
-        run_dir = run["run_dir"]
-        records = []
-        for name in sorted(os.listdir(run_dir)):
-            if name.endswith(".json") and name not in ("summary.json", "run.json") and not name.startswith("."):
-                item = ro.read_json(os.path.join(run_dir, name))
-                if item:
-                    records.append(item)
-        meta = ro.read_json(os.path.join(run_dir, "run.json"), {})
-        ro.write_json(os.path.join(run_dir, "summary.json"), ro.summarize(meta, records))
-        return meta, records
 
     # ------------------------------------------------------------------ capacity
 
@@ -310,7 +161,7 @@ class ActionModule(ActionBase):
             raise ro.RolloutError("finish needs run (the result of state=start)")
         root = os.path.dirname(run["run_dir"])
         with ro.RootLock(root):
-            meta, records = self._write_summary(run)
+            meta, records = ro.write_summary(run)
             stopped = [r for r in records if r.get("status") in ("failed", "verified, not rejoined", "reverted")]
             pending = [r["host"] for r in records if r.get("status") in ("pending", "in progress")]
             # A host lost mid-change is in a state nobody knows: the run keeps the fleet's lock, so
@@ -330,7 +181,7 @@ class ActionModule(ActionBase):
                 if lock and lock.get("run_id") == run["run_id"] and lock.get("pid") == os.getppid():
                     os.unlink(os.path.join(root, ro.LOCK))
             ro.write_json(os.path.join(run["run_dir"], "run.json"), meta)
-            self._write_summary(run)
+            ro.write_summary(run)
         display.display("\nRollout %s%s:\n%s\nResults: %s/summary.json" % (
             run["run_id"], " (check mode: nothing was changed)" if run.get("check_mode") else "", ro.table(records),
             run["run_dir"]))

@@ -232,6 +232,15 @@ def decide_lock(lock, requested_run_id, break_lock, max_age_hours, alive, age_ho
 
 # ------------------------------------------------------------------------------ records
 
+# step -> (in_router, what runs on the host, status while at that step)
+STEPS = {
+    "draining": (False, "the previous unit (leaving the router)", "in progress"),
+    "applying": (False, "the new unit, not verified yet (install, restart, wait)", "in progress"),
+    "verified": (False, "the new unit, verified", "verified, not rejoined"),
+    "rejoined": (True, "the new unit, verified", "updated"),
+}
+DONE_STATUSES = ("updated", "recovered", "unchanged (verified)", "reverted")
+
 STATUS_ORDER = ("failed", "verified, not rejoined", "interrupted", "in progress", "reverted", "updated",
                 "recovered", "unchanged (verified)", "would change", "in sync")
 
@@ -259,3 +268,153 @@ def table(records):
                      seen or ("off" if record.get("config_line_mode") == "absent" else "-")))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+
+
+def record_step(run, host, step, args):
+    """Write one step of a host: its record, the fleet's ledger and the run's summary (under the
+    root's lock); returns the merged record."""
+    if not run.get("run_dir"):
+        raise RolloutError("record needs run (the result of state=start)")
+    record = build_record(host, step, args, run)
+    root = os.path.dirname(run["run_dir"])
+    with RootLock(root):
+        path = os.path.join(run["run_dir"], "%s.json" % host)
+        merged = dict(read_json(path) or {}, **record)
+        merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": iso(), "status": merged["status"]}]
+        write_json(path, merged)
+        if not run.get("check_mode"):  # the fleet's ledger: where each host was left, by any run
+            write_json(os.path.join(root, FLEET, "%s.json" % host), {
+                "host": host, "run_id": run["run_id"], "step": step, "status": merged["status"],
+                "failed_step": merged.get("failed_step") if step == "failed" else None,
+                "in_router": merged.get("in_router"), "runs": merged.get("runs"), "at": iso()})
+        write_summary(run)
+    return merged
+
+
+def build_record(host, step, args, run):
+    """The record of a host at `step` from that step's values (drift, verified, failure...)."""
+    drift = args.get("drift") or {}
+    fleet = (run.get("fleet") or {}).get(host) or {}
+    record = {"host": host, "run_id": run.get("run_id")}
+    if step == "prepared":
+        left_out = fleet.get("in_router") is False
+        if run.get("check_mode"):
+            status = "in sync" if drift.get("in_sync") and not left_out else "would change"
+        elif drift.get("in_sync") and not left_out:
+            status = "unchanged (verified)"
+        else:
+            status = "pending"
+        record.update(status=status, step=step, old_invocation=drift.get("invocation_id"),
+                      endpoint=args.get("endpoint"),
+                      observed=drift.get("observed"), differences=drift.get("differences") or [],
+                      restart_pending=drift.get("restart_pending"), drift_verdict=drift.get("verdict"),
+                      in_router=None if not args.get("router") else (False if left_out else None))
+        if left_out:
+            record["recovering"] = ("left out of the router by run %s at step %s (%s); it is brought to the "
+                                    "intended settings, verified and put back" % (
+                                        fleet.get("run_id"), fleet.get("failed_step") or fleet.get("step"),
+                                        fleet.get("at")))
+        return record
+    if step in STEPS:
+        in_router, runs, status = STEPS[step]
+        if not args.get("router"):
+            in_router = None
+        if step == "rejoined" and args.get("recovering"):
+            status = "recovered"
+        record.update(step=step, status=status, in_router=in_router, runs=runs)
+        verified = args.get("verified") or {}
+        if step in ("verified", "rejoined") and verified:
+            restarted = verified.get("invocation_id") != drift.get("invocation_id")
+            record.update(new_invocation=verified.get("invocation_id"), observed=verified.get("observed"),
+                          config_line_mode=verified.get("config_line_mode"), source=verified.get("source"),
+                          verified=verified.get("verified"), restarted=restarted,
+                          time_to_ready=(verified.get("phases") or {}).get("generate", {}).get("elapsed")
+                          if restarted else None,
+                          settle_seconds=args.get("min_ready_seconds"), verify_msg=verified.get("msg"))
+            if step == "rejoined" and not restarted and status == "updated":
+                record["status"] = "recovered" if args.get("recovering") else "unchanged (verified)"
+        if args.get("drained") is not None:
+            record["drained_seconds"] = (args.get("drained") or {}).get("drain_seconds")
+        if step == "rejoined":
+            saved = args.get("last_good") or {}
+            record["last_good_saved"] = bool(saved.get("exists")) and not args.get("last_good_error")
+            if args.get("last_good_error"):
+                record["last_good_error"] = args["last_good_error"]
+        return record
+    if step == "failed":
+        return failure_record(record, args)
+    raise RolloutError("unknown step %r" % step)
+
+
+def failure_record(record, args):
+    """A failed host's record: where it stopped, what runs on it, whether it is in the router."""
+    reached = (args.get("state_before") or {}).get("step")
+    failure = args.get("failure") or {}
+    revert = args.get("revert") or {}
+    router = bool(args.get("router"))
+    lost = failure.get("verdict") == "connection_lost" or failure.get("unreachable")
+    cause = failure.get("msg") or "unknown failure"
+    if isinstance(cause, list):
+        cause = "; ".join(str(item) for item in cause)
+    task = args.get("task") or "?"
+    rejoined = bool(args.get("rejoined_after_revert"))
+    left = reached in ("draining", "applying")  # it had been taken out of the router
+    if reached == "verified":
+        status = "verified, not rejoined"
+        outcome = ("the new settings were verified, but the host could not be put back into the router: it runs "
+                   "the new, verified unit and serves no router traffic. It was NOT reverted (nothing is wrong "
+                   "with it); re-run the rollout to put it back")
+        in_router = False
+        runs = STEPS["verified"][1]
+    elif lost:
+        outcome = ("the connection to the host was lost at step %s: nothing more is known of it; it %s and "
+                   "runs %s. Re-run the rollout when it is reachable: it resumes this run" % (
+                       reached or "prepared", "is OUT of the router" if router and left else
+                       "was not taken out of the router" if router else "was not reverted",
+                       STEPS.get(reached, (None, "the previous unit"))[1]))
+        status, in_router, runs = "failed", ((not left) if router else None), \
+            STEPS.get(reached, (None, "unknown", None))[1]
+    elif not args.get("changed"):
+        status, outcome = "failed", "nothing on the host had changed; no revert needed"
+        in_router = (rejoined or not left) if router else None
+        runs = "the previous unit (unchanged)"
+        if router and left and not rejoined:
+            outcome += "; it is OUT of the router (it had left it)"
+    elif not revert:
+        status = "failed"
+        outcome = "NO last-known-good unit to revert to: the host is left as it is%s" % (
+            " and is OUT of the router, serving nothing" if router else "")
+        in_router, runs = (False if router else None), "the new unit, not verified"
+    elif revert.get("healthy"):
+        status = "reverted"
+        outcome = "reverted to the last-known-good unit: invocation %s verified (%s)%s" % (
+            revert.get("invocation_id"), revert.get("observed"),
+            "; back in the router" if router and rejoined else "; NOT back in the router" if router else "")
+        in_router, runs = (rejoined if router else None), "the last-known-good unit, verified"
+    else:
+        status = "failed"
+        outcome = ("the revert to the last-known-good unit FAILED too (%s): %s. The host is %s and runs the "
+                   "last-known-good unit, not verified" % (revert.get("verdict"), revert.get("msg"),
+                                                           "OUT of the router, serving nothing" if router
+                                                           else "not serving verified settings"))
+        in_router, runs = (False if router else None), "the last-known-good unit, not verified"
+    record.update(step="failed", status=status, failed_step=reached, failed_task=task, error=cause,
+                  in_router=in_router, runs=runs, connection_lost=bool(lost), outcome=outcome,
+                  reverted=bool(revert.get("healthy")), revert=revert or None,
+                  message="Rollout stopped at %s: %s: %s. %s." % (record["host"], task, cause.rstrip("."),
+                                                                  outcome))
+    return record
+
+
+def write_summary(run):
+    """summary.json of the run from its host files; returns (run.json, records)."""
+    run_dir = run["run_dir"]
+    records = []
+    for name in sorted(os.listdir(run_dir)):
+        if name.endswith(".json") and name not in ("summary.json", "run.json") and not name.startswith("."):
+            item = read_json(os.path.join(run_dir, name))
+            if item:
+                records.append(item)
+    meta = read_json(os.path.join(run_dir, "run.json"), {})
+    write_json(os.path.join(run_dir, "summary.json"), summarize(meta, records))
+    return meta, records
