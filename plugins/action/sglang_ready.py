@@ -94,96 +94,112 @@ class Progress(object):
         return out
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
+def wait_in_slices(execute, reset, args, host, check_mode=False):
+    """The whole wait, one module slice at a time: ``execute(module_args)`` runs one slice on the host
+    (and returns ``{"unreachable": True, ...}`` when the connection fails), ``reset()`` drops a dead
+    connection. Returns the wait's result (the module's verdict, or ``connection_lost``)."""
+    args = dict(args)
+    try:
+        slice_seconds = float(args.get("slice_seconds", DEFAULT_SLICE_SECONDS) or 0)
+        timeout = float(args.get("timeout", 900))
+        retry_budget = float(args.get("connection_retry_seconds", 120))
+        show = boolean(args.get("progress", True), strict=True) and not check_mode
+    except (TypeError, ValueError):
+        # Let the module's argument check say what is wrong, in one call.
+        slice_seconds, timeout, retry_budget, show = 0.0, 900.0, 0.0, False
+    args.pop("resume", None)
+    args["slice_seconds"] = slice_seconds
+    started = time.monotonic()
+    progress = Progress(host, start=started)
+    state = None
+    events = []
+    lost_since = None
+    losses = []
+    while True:
+        call = dict(args)
+        if state is not None or losses:
+            # the deadline is the whole wait's, slices and lost connections included
+            state = state or {}
+            state["elapsed"] = round(time.monotonic() - started, 3)
+            call["resume"] = state
+        answer = execute(call)
+        now = time.monotonic()
+        reason = connection_lost(answer)
+        if reason is not None:
+            if lost_since is None:
+                lost_since = now
+                losses.append(reason)
+                if show:
+                    display.display(PREFIX + "%s: [%6.1fs] connection lost (%s); retrying the wait from its state" % (
+                        host, now - started, reason))
+            if now - lost_since >= retry_budget or now - started >= timeout:
+                return lost_result(host, reason, now - lost_since, now - started, state, events, losses)
+            reset()
+            time.sleep(RETRY_PAUSE_SECONDS)
+            continue
+        if lost_since is not None and show:
+            display.display(PREFIX + "%s: [%6.1fs] connection back after %.1fs; the wait goes on" % (
+                host, now - started, now - lost_since))
+        lost_since = None
+        events.extend(answer.get("events") or [])
+        if show:
+            for line in progress.lines(answer.get("events"), now, answer.get("phase"), answer.get("elapsed")):
+                display.display(line)
+        if answer.get("verdict") == "waiting":
+            state = answer.get("state") or {}
+            continue
+        answer.pop("state", None)
+        answer["events"] = events
+        if show:
+            display.display(final_line(host, answer, now - started))
+        if losses:
+            answer.setdefault("notes", []).append("the connection broke %s time(s) during the wait (%s); each lost "
+                                                  "slice was run again from its state" % (len(losses), losses[0]))
+        return answer
 
-    def _run_slice(self, args, task_vars):
+
+def lost_result(host, reason, lost_for, elapsed, state, events, losses):
+    """The wait's result when the connection stayed lost past its budget: no verdict, what is known."""
+    state = state or {}
+    tracker = state.get("tracker") or {}
+    return dict(
+        failed=True, changed=False, verdict="connection_lost", events=events, elapsed=round(elapsed, 3),
+        invocation_id=tracker.get("invocation_id"), phase=state.get("phase"), phases=state.get("phases") or {},
+        msg="connection to %s lost during the wait for %.0fs (%s): no verdict. Last known: %s%s after %.1fs. "
+            "The host was not checked since; it may be serving, loading or down." % (
+                host, lost_for, reason,
+                "invocation %s, " % tracker["invocation_id"] if tracker.get("invocation_id") else "",
+                state.get("phase") or "the wait had not reported yet", elapsed),
+        notes=["connection lost %s time(s): %s" % (len(losses), "; ".join(losses))])
+
+
+def execute_slice(action, task_vars):
+    """``execute`` for wait_in_slices from an action plugin: one run of the module on its host."""
+    def execute(module_args):
         try:
-            return self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+            return action._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
         except AnsibleConnectionFailure as exc:
             return {"unreachable": True, "msg": str(exc)}
+    return execute
 
-    def _reset_connection(self):
+
+def reset_connection(action):
+    """``reset`` for wait_in_slices: drop the action's connection (a dead master cannot be stopped)."""
+    def reset():
         try:
-            self._connection.reset()
+            action._connection.reset()
         except Exception:  # pylint: disable=broad-except  # a dead master cannot be stopped; a new one comes next
             pass
+    return reset
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        args = dict(self._task.args)
         host = (task_vars or {}).get("inventory_hostname", "?")
-        try:
-            slice_seconds = float(args.get("slice_seconds", DEFAULT_SLICE_SECONDS) or 0)
-            timeout = float(args.get("timeout", 900))
-            retry_budget = float(args.get("connection_retry_seconds", 120))
-            show = boolean(args.get("progress", True), strict=True) and not self._task.check_mode
-        except (TypeError, ValueError):
-            # Let the module's argument check say what is wrong, in one call.
-            slice_seconds, timeout, retry_budget, show = 0.0, 900.0, 0.0, False
-        args.pop("resume", None)
-        args["slice_seconds"] = slice_seconds
-        started = time.monotonic()
-        progress = Progress(host, start=started)
-        state = None
-        events = []
-        lost_since = None
-        losses = []
-        while True:
-            call = dict(args)
-            if state is not None or losses:
-                # the deadline is the whole wait's, slices and lost connections included
-                state = state or {}
-                state["elapsed"] = round(time.monotonic() - started, 3)
-                call["resume"] = state
-            answer = self._run_slice(call, task_vars)
-            now = time.monotonic()
-            reason = connection_lost(answer)
-            if reason is not None:
-                if lost_since is None:
-                    lost_since = now
-                    losses.append(reason)
-                    if show:
-                        display.display(PREFIX + "%s: [%6.1fs] connection lost (%s); retrying the wait from its state" % (
-                            host, now - started, reason))
-                if now - lost_since >= retry_budget or now - started >= timeout:
-                    return self._lost(result, host, reason, now - lost_since, now - started, state, events, losses)
-                self._reset_connection()
-                time.sleep(RETRY_PAUSE_SECONDS)
-                continue
-            if lost_since is not None and show:
-                display.display(PREFIX + "%s: [%6.1fs] connection back after %.1fs; the wait goes on" % (
-                    host, now - started, now - lost_since))
-            lost_since = None
-            events.extend(answer.get("events") or [])
-            if show:
-                for line in progress.lines(answer.get("events"), now, answer.get("phase"), answer.get("elapsed")):
-                    display.display(line)
-            if answer.get("verdict") == "waiting":
-                state = answer.get("state") or {}
-                continue
-            answer.pop("state", None)
-            answer["events"] = events
-            if show:
-                display.display(final_line(host, answer, now - started))
-            if losses:
-                answer.setdefault("notes", []).append("the connection broke %s time(s) during the wait (%s); each lost "
-                                                      "slice was run again from its state" % (len(losses), losses[0]))
-            result.update(answer)
-            return result
-
-    @staticmethod
-    def _lost(result, host, reason, lost_for, elapsed, state, events, losses):
-        state = state or {}
-        tracker = state.get("tracker") or {}
-        result.update(
-            failed=True, changed=False, verdict="connection_lost", events=events, elapsed=round(elapsed, 3),
-            invocation_id=tracker.get("invocation_id"), phase=state.get("phase"), phases=state.get("phases") or {},
-            msg="connection to %s lost during the wait for %.0fs (%s): no verdict. Last known: %s%s after %.1fs. "
-                "The host was not checked since; it may be serving, loading or down." % (
-                    host, lost_for, reason,
-                    "invocation %s, " % tracker["invocation_id"] if tracker.get("invocation_id") else "",
-                    state.get("phase") or "the wait had not reported yet", elapsed),
-            notes=["connection lost %s time(s): %s" % (len(losses), "; ".join(losses))])
+        result.update(wait_in_slices(execute_slice(self, task_vars), reset_connection(self), self._task.args, host,
+                                     self._task.check_mode))
         return result
