@@ -80,16 +80,17 @@ def _classify(exc):
     return Response(ERROR, error="%s: %s" % (type(exc).__name__, exc))
 
 
+_CONTEXTS = {}  # validate_certs -> SSL context, for every transport of this process
+
+
 def open_url_transport(validate_certs=True):
     """``(method, url, payload, headers, timeout) -> Response`` over ansible's urls.Request.
 
-    One SSL context per transport, made at the first request: ``open_url`` makes a new one (and
-    loads the system's CA certificates) for every request, also for plain http, which cost
-    20-50 ms of CPU per poll of the router or the server.
+    One SSL context per process and ``validate_certs``, made at the first request: ``open_url``
+    makes a new one (and loads the system's CA certificates) for every request, also for plain
+    http, which cost 20-50 ms of CPU per poll of the router or the server.
     """
     from ansible.module_utils.urls import Request, make_context
-
-    contexts = []
 
     def transport(method, url, payload, headers, timeout):
         data = None
@@ -98,9 +99,9 @@ def open_url_transport(validate_certs=True):
             data = json.dumps(payload)
             headers["Content-Type"] = "application/json"
         try:
-            if not contexts:
-                contexts.append(make_context(validate_certs=validate_certs))
-            resp = Request(context=contexts[0]).open(
+            if validate_certs not in _CONTEXTS:
+                _CONTEXTS[validate_certs] = make_context(validate_certs=validate_certs)
+            resp = Request(context=_CONTEXTS[validate_certs]).open(
                 method, url, data=data, headers=headers, timeout=max(float(timeout), 0.1),
                 validate_certs=validate_certs, follow_redirects="none")
             return Response(HTTP, getattr(resp, "status", None) or resp.getcode(), text_of(resp.read()))

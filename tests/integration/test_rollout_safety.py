@@ -504,7 +504,7 @@ def test_ctrl_c_during_the_canary_wait_then_a_rerun_resumes(rollout_fleet, lab, 
 
 
 # The task before the rejoin (controller only): the router is paused or killed from then on.
-VERIFIED = re.escape("TASK [Record the verified host]")
+VERIFIED = r"sglang_rollout \| \S+: \[ *[0-9.]+s\] verified invocation \S+; putting it back into the router"
 
 
 def test_router_paused_at_rejoin_leaves_the_verified_host_as_it_is(rollout_fleet, lab, lab_hosts, need_router,

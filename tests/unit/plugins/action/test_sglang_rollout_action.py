@@ -298,3 +298,19 @@ def test_unknown_state_is_refused(tmp_path):
     from ansible.errors import AnsibleActionFail
     with pytest.raises(AnsibleActionFail, match="state must be one of"):
         act(dict(state="_record"))
+
+
+def test_a_step_updates_the_summary_in_place_and_rebuilds_a_lost_one(tmp_path, shown):
+    run = start(tmp_path)
+    for host in HOSTS:
+        record(run, "prepared", host=host, drift=DRIFT, router=True)
+    path = tmp_path / run["run_id"] / "summary.json"
+    record(run, "draining", host=HOSTS[0], drift=DRIFT, router=True)
+    summary = json.loads(path.read_text())
+    assert sorted(h["host"] for h in summary["hosts"]) == sorted(HOSTS)
+    assert summary["counts"] == {"in progress": 1, "pending": 1}, summary["counts"]
+    path.unlink()  # lost (or never written): the next step rebuilds it from every host file
+    record(run, "applying", host=HOSTS[1], drift=DRIFT, router=True)
+    rebuilt = json.loads(path.read_text())
+    assert sorted(h["host"] for h in rebuilt["hosts"]) == sorted(HOSTS)
+    assert rebuilt["counts"] == {"in progress": 2}, rebuilt["counts"]

@@ -49,18 +49,23 @@ def open_url(monkeypatch):
         return "context-%d" % len(contexts)
     monkeypatch.setattr(urls.Request, "open", fake)
     monkeypatch.setattr(urls, "make_context", make_context)
+    monkeypatch.setattr(http, "_CONTEXTS", {})
     fake.calls = calls
     fake.outcomes = outcomes
     fake.contexts = contexts
     return fake
 
 
-def test_one_ssl_context_per_transport_not_one_per_request(open_url):
-    transport = http.open_url_transport(validate_certs=False)
-    for dummy in range(5):
-        transport("GET", "http://h:1/health", None, {}, 1)
+def test_one_ssl_context_per_process_not_one_per_request(open_url):
+    for dummy in range(3):  # a transport per router call, as an action plugin makes them
+        transport = http.open_url_transport(validate_certs=False)
+        for dummy in range(5):
+            transport("GET", "http://h:1/health", None, {}, 1)
     assert open_url.contexts == [{"validate_certs": False}]
     assert {kwargs["context"] for dummy, kwargs in open_url.calls} == {"context-1"}
+    http.open_url_transport(validate_certs=True)("GET", "https://h:1/health", None, {}, 1)
+    assert open_url.contexts == [{"validate_certs": False}, {"validate_certs": True}]
+    assert open_url.calls[-1][1]["context"] == "context-2"
 
 
 # --------------------------------------------------------------------------- Response

@@ -1,0 +1,164 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: sglang_rollout_host
+short_description: One host of a rollout's apply phase - the critical path in one task, reverted on failure
+version_added: 0.2.0
+description:
+  - Used by the playbook C(gpufleet.inference.rollout) through the role entry point
+    C(gpufleet.inference.sglang) C(rollout_host), after the role's C(drift) in the prepare phase. An action plugin:
+    it runs on the controller and sends the role's modules to the host, with the arguments the role's own tasks use.
+  - "In order, each step recorded (M(gpufleet.inference.sglang_rollout) records) before it can leave the host worse:
+    record C(draining); leave the router and drain (with O(router.url)); keep what runs now as last-known-good when the
+    host has none (M(gpufleet.inference.sglang_last_good)); record C(applying); create missing accounts, install what
+    differs (M(gpufleet.inference.sglang_unit_files), the unit checked by C(systemd-analyze verify) first); restart
+    when a file changed or the process does not run the installed unit (start it when it is not running); wait for the
+    NEW process (M(gpufleet.inference.sglang_ready) in slices, with progress), or verify the running one; record
+    C(verified); put the host back into the router; save the verified unit as last-known-good; record C(rejoined)."
+  - On a failure after the unit changed, the host is reverted to its last-known-good unit (restored, restarted and
+    verified against the recorded intent), put back into the router only when the reverted process is verified, and
+    the failure is recorded with what runs on the host and whether it is in the router. A lost connection is
+    recorded as such and nothing more is done to the host.
+  - Drop-ins that override what the role manages (C(blocking) in the drift result) fail the host before anything
+    changes.
+  - Why one task - each Ansible task costs a controller fork, argument templating and about half a second before
+    its module starts on the host; the critical path of a batch holds nothing else.
+author:
+  - gpufleet maintainers (@gpufleet)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.flow
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+    details: In check mode the host is skipped; the rollout's prepare phase says what would change.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+options:
+  run:
+    description: The rollout's run (the result of M(gpufleet.inference.sglang_rollout) O(gpufleet.inference.sglang_rollout#module:state=start)).
+    type: dict
+    required: true
+  router:
+    description: The router the host leaves and rejoins; none (no O(router.url)) - no drain.
+    type: dict
+    suboptions:
+      url:
+        description: The router's URL.
+        type: str
+      api_key:
+        description: The router's control-plane key.
+        type: str
+      worker_url:
+        description: How the router reaches this host.
+        type: str
+      drain_timeout:
+        description: Seconds the host may take to finish its requests.
+        type: int
+        default: 300
+      rejoin_timeout:
+        description: Seconds for the router to list the host healthy again, per attempt.
+        type: int
+        default: 120
+      rejoin_retries:
+        description: Attempts after the first to put the host back, 5 seconds apart.
+        type: int
+        default: 3
+  drift:
+    description: The host's C(sglang_drift) fact (from the prepare phase).
+    type: dict
+    required: true
+  version:
+    description: The host's SGLang version (kept with the last-known-good copy).
+    type: str
+  unit:
+    description: The unit's name.
+    type: str
+    required: true
+  intent:
+    description: The intent (C(expect), C(config_line), C(command), C(environment)) the new process is verified against.
+    type: dict
+    required: true
+  files:
+    description: The unit file to install (M(gpufleet.inference.sglang_unit_files) O(gpufleet.inference.sglang_unit_files#module:files)).
+    type: list
+    elements: dict
+    required: true
+  secret_files:
+    description: Files holding secrets (M(gpufleet.inference.sglang_unit_files) O(gpufleet.inference.sglang_unit_files#module:secret_files)).
+    type: list
+    elements: dict
+  journald:
+    description: journald's drop-in (C(path), C(content)); installed, and journald restarted, when it differs.
+    type: dict
+  accounts:
+    description: The user and group the unit runs as (C(user), C(group)), created when the drift check found them missing.
+    type: dict
+  last_good:
+    description: Where last-known-good copies are kept (C(directory)) and which files they hold (C(files)).
+    type: dict
+    required: true
+  wait:
+    description:
+      - The options of M(gpufleet.inference.sglang_ready) other than the unit and the intent (C(url), C(api_key), C(timeout),
+        C(min_ready_seconds), C(accept_unverified), C(prompt), C(max_new_tokens), C(journal_grace), C(receipt_dir),
+        C(progress)).
+    type: dict
+    required: true
+  verify:
+    description: Wait for and verify the new process (the role's C(sglang_verify)).
+    type: bool
+    default: true
+seealso:
+  - module: gpufleet.inference.sglang_rollout
+  - module: gpufleet.inference.sglang_ready
+"""
+
+EXAMPLES = r"""
+# Through the role (playbooks/rollout.yml): the role passes its own values.
+- name: Roll out this host
+  ansible.builtin.import_role:
+    name: gpufleet.inference.sglang
+    tasks_from: rollout_host
+  vars:
+    sglang_rollout_run: "{{ hostvars.localhost.rollout_run }}"
+    sglang_rollout_router:
+      url: "{{ sglang_router_url | default('') }}"
+"""
+
+RETURN = r"""
+record:
+  description: The host's record after its last step (C(status) - V(updated), V(recovered), V(unchanged (verified)), V(reverted), V(failed), V(verified, not rejoined)).
+  returned: always
+  type: dict
+verified:
+  description: The verification of the new process (M(gpufleet.inference.sglang_ready)'s result, or the drift check's).
+  returned: success
+  type: dict
+failed_step:
+  description: The step that failed.
+  returned: failure
+  type: str
+  sample: Wait until the new SGLang process runs the intended settings
+failure:
+  description: What the failed step returned.
+  returned: failure
+  type: dict
+revert:
+  description: The revert's outcome (C(healthy), C(verdict), C(msg), C(invocation_id), C(observed)), when one ran.
+  returned: failure
+  type: dict
+"""

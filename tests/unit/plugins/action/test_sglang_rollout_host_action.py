@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""One host of a rollout's apply phase in one action: the order of its steps, what each failure
+leaves (revert, router, record), and that nothing is done that the host did not need.
+
+The host's modules (``_execute_module``) and the router are scripted; the records are real files."""
+import json
+
+import pytest
+
+from ansible.errors import AnsibleConnectionFailure
+
+from ansible_collections.gpufleet.inference.plugins.action import sglang_ready as ready_mod
+from ansible_collections.gpufleet.inference.plugins.action import sglang_rollout_host as action_mod
+from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
+
+import fakes
+from fakes import NEW, OLD
+
+HOST = "gpu-1"
+UNIT_PATH = "/etc/systemd/system/sglang.service"
+INTENT = {"expect": {"draft_window_size": 2048}, "config_line": "required", "command": ["python3", "-m", "sglang"],
+          "environment": {}}
+PASS = {"verdict": "pass", "verified": True, "invocation_id": NEW, "observed": {"draft_window_size": 2048},
+        "source": "journal", "phases": {"generate": {"elapsed": 7.5}}, "msg": "invocation %s is serving" % NEW}
+
+
+class Display(object):
+    def __init__(self):
+        self.lines = []
+
+    def display(self, text, *args, **kwargs):
+        self.lines.append(text)
+
+
+@pytest.fixture
+def shown(monkeypatch):
+    fake = Display()
+    monkeypatch.setattr(action_mod, "display", fake)
+    monkeypatch.setattr(ready_mod, "display", fake)
+    monkeypatch.setattr(action_mod.time, "sleep", lambda seconds: None)
+    return fake
+
+
+class Router(object):
+    """sglang_router_worker.run: answers per state in order (a dict, or an exception to raise)."""
+
+    def __init__(self, **answers):
+        self.answers = dict((state, list(items)) for state, items in answers.items())
+        self.calls = []
+
+    def __call__(self, params, check_mode):
+        self.calls.append(params["state"])
+        queue = self.answers.get(params["state"]) or [{}]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return dict({"changed": True, "workers": [], "drain_seconds": 0.4}, **answer)
+
+
+class Host(object):
+    """_execute_module: answers per module name in order (a dict, or an exception to raise)."""
+
+    def __init__(self, **answers):
+        self.answers = dict((name, list(items)) for name, items in answers.items())
+        self.calls = []
+
+    def __call__(self, module_name, module_args, task_vars):
+        self.calls.append((module_name.rsplit(".", 1)[-1], dict(module_args)))
+        queue = self.answers.get(module_name.rsplit(".", 1)[-1]) or [{"changed": False}]
+        answer = queue.pop(0) if len(queue) > 1 else queue[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
+
+    def names(self):
+        return [name for name, dummy in self.calls]
+
+
+def drift(**changes):
+    base = {"host": HOST, "verdict": "drift", "in_sync": False, "invocation_id": OLD, "active_state": "active",
+            "enabled": True, "restart_pending": False, "changed_files": [UNIT_PATH], "missing_accounts": [],
+            "blocking": [], "last_good": {"exists": True}, "receipt": None, "observed": {"draft_window_size": 1024}}
+    base.update(changes)
+    return base
+
+
+def start_run(tmp_path):
+    run = {"run_id": "r1", "run_dir": str(tmp_path / "r1"), "check_mode": False, "fleet": {}}
+    ro.record_step(run, HOST, "prepared", {"drift": drift(), "router": True})
+    return run
+
+
+def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, **extra):
+    run = start_run(tmp_path)
+    args = dict(run=run, router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1},
+                drift=the_drift or drift(), version="0.5.11", unit="sglang.service", intent=INTENT,
+                files=[{"path": UNIT_PATH, "content": "[Service]\n", "verify_unit": True}],
+                last_good={"directory": "/var/lib/lg", "files": [UNIT_PATH]},
+                wait={"url": "http://gpu-1:30000", "api_key": "", "timeout": 600, "min_ready_seconds": 10,
+                      "progress": True},
+                accounts={"user": "root", "group": "root"})
+    args.update(extra)
+    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_rollout_host")
+    action._execute_module = host
+    monkeypatch.setattr(action_mod.sglang_router_worker, "run", router)
+    result = action.run(task_vars={"inventory_hostname": HOST})
+    record = json.loads((tmp_path / "r1" / ("%s.json" % HOST)).read_text())
+    return result, record
+
+
+def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
+                sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert not result.get("failed") and result["changed"] is True, result
+    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready", "sglang_last_good"]
+    restart = host.calls[1][1]
+    assert restart == {"name": "sglang.service", "daemon_reload": True, "enabled": True, "state": "restarted"}
+    wait = host.calls[2][1]
+    assert wait["after_invocation"] == OLD and wait["expect"] == INTENT["expect"] and "api_key" not in wait
+    saved = host.calls[3][1]
+    assert saved["state"] == "saved" and saved["record"]["invocation_id"] == NEW and saved["record"]["intent"] == INTENT
+    assert router.calls == ["absent", "present"]
+    assert [s["step"] for s in record["steps"]] == ["prepared", "draining", "applying", "verified", "rejoined"]
+    assert record["status"] == "updated" and record["new_invocation"] == NEW and record["last_good_saved"] is True
+    assert record["in_router"] is True and record["time_to_ready"] == 7.5
+    assert result["record"] == record
+    assert any("verified invocation %s; putting it back into the router" % NEW in line for line in shown.lines)
+
+
+def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_path, shown, monkeypatch):
+    restored = {"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024}, "config_line": "required"}}}
+    host = Host(sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}, {"changed": True}],
+                sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
+                              dict(PASS, invocation_id="cccc", observed={"draft_window_size": 1024})],
+                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[restored])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] is True and result["failed_step"] == action_mod.WAIT
+    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready", "sglang_info", "sglang_last_good",
+                            "systemd_service", "sglang_ready"]
+    assert host.calls[4][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
+    revert_wait = host.calls[6][1]
+    assert revert_wait["after_invocation"] == NEW and revert_wait["expect"] == {"draft_window_size": 1024}
+    assert router.calls == ["absent", "present"]  # back only once the reverted process was verified
+    assert record["status"] == "reverted" and record["failed_task"] == action_mod.WAIT
+    assert record["in_router"] is True and record["reverted"] is True and "logged 1024" in record["error"]
+    assert "sglang_last_good" not in [n for n, a in host.calls if a.get("state") == "saved"]
+
+
+def test_a_revert_that_fails_leaves_the_host_out_of_the_router(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}, {"changed": True}],
+                sglang_ready=[{"failed": True, "verdict": "died", "msg": "exited"},
+                              {"failed": True, "verdict": "died", "msg": "exited again"}],
+                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": {}}}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and router.calls == ["absent"]
+    assert record["status"] == "failed" and record["in_router"] is False and "FAILED too" in record["outcome"]
+
+
+def test_drop_ins_that_override_the_role_fail_before_anything_changes(tmp_path, shown, monkeypatch):
+    host, router = Host(), Router()
+    result, record = act(tmp_path, host, router, the_drift=drift(blocking=["override.conf sets ExecStart="]),
+                         monkeypatch=monkeypatch)
+    assert result["failed"] and host.calls == [] and router.calls == []
+    assert result["changed"] is False and record["status"] == "failed" and record["failed_task"] == action_mod.BLOCKING
+    assert "nothing on the host had changed" in record["outcome"] and record["in_router"] is True
+
+
+def test_a_connection_lost_while_installing_is_recorded_and_nothing_more_is_done(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[AnsibleConnectionFailure("Failed to connect to the host via ssh")])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and host.names() == ["sglang_unit_files"] and router.calls == ["absent"]
+    assert record["connection_lost"] is True and record["in_router"] is False and "lost" in record["outcome"]
+
+
+def test_a_router_that_refuses_the_rejoin_leaves_a_verified_host_as_it_is(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
+                sglang_ready=[PASS])
+    router = Router(present=[{"failed": True, "msg": "Connection refused"}])
+    router.answers["present"] = [action_mod.RouterError("router at http://router:30080: Connection refused")]
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and result["failed_step"] == action_mod.REJOIN
+    assert router.calls == ["absent", "present", "present"]  # rejoin_retries 1: two attempts
+    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready"]  # not reverted, not saved
+    assert record["status"] == "verified, not rejoined" and record["in_router"] is False and record["reverted"] is False
+
+
+def test_nothing_to_install_verifies_the_running_process_without_a_restart(tmp_path, shown, monkeypatch):
+    host = Host(sglang_ready=[dict(PASS, invocation_id=OLD)], sglang_last_good=[{"changed": False, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, the_drift=drift(changed_files=[], in_sync=True), router_url="",
+                         monkeypatch=monkeypatch)
+    assert not result.get("failed") and host.names() == ["sglang_ready", "sglang_last_good"]
+    assert "after_invocation" not in host.calls[0][1] and router.calls == []
+    assert record["status"] == "unchanged (verified)" and record["in_router"] is None
+
+
+def test_a_first_change_keeps_what_runs_before_touching_the_unit(tmp_path, shown, monkeypatch):
+    host = Host(sglang_last_good=[{"changed": True, "exists": True}], sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}], sglang_ready=[PASS])
+    result, record = act(tmp_path, host, Router(), the_drift=drift(last_good={"exists": False}, restart_pending=True),
+                         monkeypatch=monkeypatch)
+    assert not result.get("failed")
+    assert host.names()[:2] == ["sglang_last_good", "sglang_unit_files"]
+    adopt = host.calls[0][1]
+    assert adopt["state"] == "saved" and adopt["from_process"] is True and adopt["record"]["adopted"] is True
+
+
+def test_a_restart_pending_without_file_changes_restarts(tmp_path, shown, monkeypatch):
+    host = Host(systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}], sglang_ready=[PASS])
+    result, record = act(tmp_path, host, Router(), the_drift=drift(changed_files=[], restart_pending=True),
+                         monkeypatch=monkeypatch)
+    assert not result.get("failed") and host.names()[:2] == ["systemd_service", "sglang_ready"]
+    assert host.calls[0][1]["state"] == "restarted" and record["status"] == "updated"
+
+
+def test_missing_accounts_are_created_before_the_unit_is_installed(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {}}],
+                sglang_ready=[PASS])
+    result, dummy = act(tmp_path, host, Router(), monkeypatch=monkeypatch,
+                        the_drift=drift(missing_accounts=["group sglang", "user sglang"], invocation_id=None),
+                        accounts={"user": "sglang", "group": "sglang"})
+    assert not result.get("failed")
+    assert host.names()[:3] == ["group", "user", "sglang_unit_files"]
+    assert host.calls[1][1]["group"] == "sglang" and "after_invocation" not in host.calls[4][1]
+
+
+def test_bad_arguments_fail_before_anything(tmp_path, shown, monkeypatch):
+    host, router = Host(), Router()
+    with pytest.raises(Exception) as raised:
+        act(tmp_path, host, router, monkeypatch=monkeypatch, run={"run_id": "x"})
+    assert "run must be the result of sglang_rollout" in str(raised.value)
+    assert host.calls == [] and router.calls == []
