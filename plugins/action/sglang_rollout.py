@@ -34,7 +34,8 @@ class ActionModule(ActionBase):
         args = self._task.args
         handler = getattr(self, "_" + str(args.get("state", "")), None)
         if handler is None or str(args.get("state", "")).startswith("_"):
-            raise AnsibleActionFail("state must be one of start, record, capacity, finish; got %r" % args.get("state"))
+            raise AnsibleActionFail("state must be one of start, prepared, record, capacity, finish; got %r" % (
+                args.get("state"),))
         try:
             result.update(handler(args, task_vars or {}))
         except ro.RolloutError as exc:
@@ -115,6 +116,40 @@ class ActionModule(ActionBase):
         host = args.get("host") or task_vars.get("inventory_hostname")
         merged = ro.record_step(run, host, args.get("step"), args)
         return {"ansible_facts": {"rollout_host_state": merged}, "record": merged}
+
+    # ------------------------------------------------------------------ prepared
+
+    def _prepared(self, args, task_vars):
+        """Record every host of the prepare phase at once (one task, not one per host) and say which
+        hosts go to the apply phase: those that must change, in inventory order - none when a host
+        failed or was lost in the prepare phase (the canary is never touched then)."""
+        run = args.get("run") or {}
+        hostvars = task_vars.get("hostvars") or {}
+        alive = set(args.get("alive") or [])
+        apply, failed, lost = [], [], []
+        for host in args.get("hosts") or []:
+            facts = hostvars[host] if host in hostvars else {}
+            state = facts.get("rollout_host_state") or {}
+            if state.get("step") == "failed":
+                failed.append(host)  # its failure was recorded where it happened
+                continue
+            if host not in alive or not facts.get("sglang_drift"):
+                lost.append(host)
+                # Nothing was changed on it (the prepare phase only reads): not a lost connection mid-change.
+                ro.record_step(run, host, "failed", dict(
+                    task="Compare this host with its intent", router=args.get("router"),
+                    failure={"msg": "the host left the prepare phase without a result (unreachable, or it failed "
+                                    "outside the comparison)"}))
+                continue
+            record = ro.record_step(run, host, "prepared", dict(
+                drift=facts["sglang_drift"], endpoint=facts.get("sglang_endpoint"), router=args.get("router")))
+            if record["status"] == "pending":
+                apply.append(host)
+        if failed or lost:
+            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost,
+                    "msg": "the prepare phase failed on %s: no host is changed" % ", ".join(failed + lost)}
+        return {"apply": apply, "failed_hosts": [], "lost_hosts": [],
+                "msg": "%d host(s) to change: %s" % (len(apply), ", ".join(apply) or "none")}
 
     # ------------------------------------------------------------------ capacity
 

@@ -22,6 +22,9 @@ description:
     C(<run dir>/<host>.json), the fleet's ledger C(<results_dir>/fleet/<host>.json) (where each host was left,
     whichever run left it) and C(<run dir>/summary.json), atomically and under a lock, so the summary always agrees
     with the host files. It sets the fact C(rollout_host_state).
+  - V(prepared) records every host of the prepare phase in one task (run once) from each host's C(sglang_drift) and
+    C(sglang_endpoint) facts, and returns RV(apply) - the hosts that must change, in the order of O(hosts) - or no
+    host when one of them failed (its C(rollout_host_state) says so) or left the prepare phase without a result.
   - V(capacity) reads the router's workers and their health and fails, naming the unhealthy hosts, when taking
     O(leaving) out would leave fewer than O(min_healthy) healthy workers of the group, after waiting
     O(capacity_wait) seconds for capacity to come back.
@@ -38,12 +41,12 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, record, capacity, finish]
+    choices: [start, prepared, record, capacity, finish]
   results_dir:
     description: The results root (V(start)).
     type: path
   hosts:
-    description: The hosts of the rollout (V(start)).
+    description: The hosts of the rollout (V(start)), in inventory order (V(prepared)).
     type: list
     elements: str
   batches:
@@ -66,8 +69,12 @@ options:
   lock_max_age:
     description: Hours after which a held lock is reported as stale (V(start)).
     type: float
+  alive:
+    description: The hosts still in the play (V(prepared)) - C(ansible_play_hosts); the others were lost.
+    type: list
+    elements: str
   run:
-    description: The result of V(start) (V(record), V(finish)).
+    description: The result of V(start) (V(prepared), V(record), V(finish)).
     type: dict
   step:
     description: The step to record - V(prepared), V(draining), V(applying), V(verified), V(rejoined), V(failed).
@@ -82,7 +89,7 @@ options:
     description: The host's C(sglang_endpoint) fact (V(record)).
     type: dict
   router:
-    description: Whether the rollout drains hosts through a router (V(record)).
+    description: Whether the rollout drains hosts through a router (V(prepared), V(record)).
     type: bool
   router_url:
     description: The router (V(capacity)).
@@ -138,6 +145,11 @@ record:
   description: The host's record after this step (V(record)).
   returned: state=record
   type: dict
+apply:
+  description: The hosts that must change, in inventory order; empty when a host failed in the prepare phase (V(prepared)).
+  returned: state=prepared
+  type: list
+  elements: str
 records:
   description: Every host record of the run (V(finish)).
   returned: state=finish

@@ -314,3 +314,43 @@ def test_a_step_updates_the_summary_in_place_and_rebuilds_a_lost_one(tmp_path, s
     rebuilt = json.loads(path.read_text())
     assert sorted(h["host"] for h in rebuilt["hosts"]) == sorted(HOSTS)
     assert rebuilt["counts"] == {"in progress": 2}, rebuilt["counts"]
+
+
+def prepared(run, hostvars, alive=None, hosts=("gpu-1", "gpu-2", "gpu-3")):
+    action = fakes.make_action(action_mod, dict(state="prepared", run=run, hosts=list(hosts), router=True,
+                                                alive=list(hosts if alive is None else alive)),
+                               action="gpufleet.inference.sglang_rollout")
+    return action.run(task_vars={"inventory_hostname": hosts[0], "hostvars": hostvars})
+
+
+def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_change(tmp_path, shown):
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
+    hostvars = {"gpu-1": {"sglang_drift": DRIFT, "sglang_endpoint": {"url": "u1"}},
+                "gpu-2": {"sglang_drift": dict(DRIFT, in_sync=True)},
+                "gpu-3": {"sglang_drift": DRIFT}}
+    out = prepared(run, hostvars)
+    assert out["apply"] == ["gpu-1", "gpu-3"], out  # inventory order: the canary is gpu-1
+    files = dict((h, json.loads((tmp_path / run["run_id"] / ("%s.json" % h)).read_text())) for h in hostvars)
+    assert [files[h]["status"] for h in ("gpu-1", "gpu-2", "gpu-3")] == ["pending", "unchanged (verified)", "pending"]
+    assert files["gpu-1"]["endpoint"] == {"url": "u1"}
+    summary = json.loads((tmp_path / run["run_id"] / "summary.json").read_text())
+    assert summary["counts"] == {"pending": 2, "unchanged (verified)": 1}
+
+
+def test_prepared_sends_no_host_when_one_failed_or_was_lost(tmp_path, shown):
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
+    failed = record(run, "failed", host="gpu-3", task="Check the SGLang settings", failure={"msg": "bad window"})
+    hostvars = {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT},
+                "gpu-3": {"rollout_host_state": failed["record"]}}
+    out = prepared(run, hostvars)
+    assert out["apply"] == [] and out["failed_hosts"] == ["gpu-3"] and "gpu-3" in out["msg"], out
+    kept = json.loads((tmp_path / run["run_id"] / "gpu-3.json").read_text())
+    assert kept["status"] == "failed" and kept["failed_task"] == "Check the SGLang settings"  # not overwritten
+
+    lost_run = start(tmp_path / "other", hosts=["gpu-1", "gpu-2", "gpu-3"])
+    out = prepared(lost_run, {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT}, "gpu-3": {}},
+                   alive=["gpu-1", "gpu-2"])
+    assert out["apply"] == [] and out["lost_hosts"] == ["gpu-3"], out
+    lost = json.loads((tmp_path / "other" / lost_run["run_id"] / "gpu-3.json").read_text())
+    assert lost["status"] == "failed" and lost["connection_lost"] is False, lost
+    assert "without a result" in lost["error"] and "nothing on the host had changed" in lost["outcome"]
