@@ -193,11 +193,13 @@ class ActionModule(ActionBase):
         self._record("applying")
         verified = self._apply(args)
         self._record("verified", drift=drift, verified=verified)
+        rejoined_at = None
         if self._use_router:
             self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id"))
             self._rejoin()
+            rejoined_at = ro.iso()
         saved, error = self._save_last_good(args, verified)
-        self._state = self._record("rejoined", drift=drift, verified=verified, drained=drained,
+        self._state = self._record("rejoined", drift=drift, verified=verified, drained=drained, rejoined_at=rejoined_at,
                                    min_ready_seconds=args["wait"].get("min_ready_seconds"), recovering=recovering,
                                    last_good=saved, last_good_error=error)
         self._say(self._state.get("status"))

@@ -348,6 +348,8 @@ def build_record(host, step, args, run):
         if args.get("drained") is not None:
             record["drained_seconds"] = (args.get("drained") or {}).get("drain_seconds")
         if step == "rejoined":
+            if args.get("rejoined_at"):
+                record["rejoined_at"] = args["rejoined_at"]  # back in the router (the step is written after the save)
             saved = args.get("last_good") or {}
             record["last_good_saved"] = bool(saved.get("exists")) and not args.get("last_good_error")
             if args.get("last_good_error"):

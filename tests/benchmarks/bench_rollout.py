@@ -11,8 +11,8 @@ Per batch:  wall (the callback's play start of the batch to the next play's star
             drain, exit, import, load, warm-up - the server's own time, not the collection's)
             minus the settle window. Target <= 3 s. The naive figure, wall - (import + load +
             settle) with the configured values, is printed too (it also charges the server's stop).
-Per host:   time out of the router (the result of the task that records "draining" to the result
-            of the task that puts it back; the records' own step times, 1 s resolution, beside it)
+Per host:   time out of the router (the host record's "draining" step to its "rejoined_at", both
+            written by the controller with millisecond timestamps)
             minus (stop + start + settle) from its journal: stop = SIGTERM of the old process ->
             systemd's "Started" of the new; start = "Started" -> "fired up" (import + load).
 
@@ -27,8 +27,6 @@ import sys
 import benchlib as bl
 
 TARGET_BATCH = 3.0
-T_LEAVE = "Record that this host leaves the router"
-T_BACK = "Put this host back into the router"
 
 
 def first(entries, key="t"):
@@ -56,11 +54,11 @@ def analyse(run: bl.Run, hosts: list[dict], before: dict, after: dict, settle: f
     recs = bl.records(rid) if rid else {}
     per_host = {}
     for name in address:
-        leave = [e for e in run.results(T_LEAVE, name) if e["kind"] == "ok"]
-        back = [e for e in run.results(T_BACK, name) if e["kind"] == "ok"]
         row = {"host": name, "restarted": bool(before.get(name)) and before.get(name) != after.get(name)}
-        row["out"] = sub(first(back), first(leave))
-        steps = {s["step"]: s["at"] for s in (recs.get(name) or {}).get("steps", [])}
+        record = recs.get(name) or {}
+        steps = {s["step"]: s["at"] for s in record.get("steps", [])}
+        if "draining" in steps and record.get("rejoined_at"):
+            row["out"] = bl.iso_seconds(record["rejoined_at"]) - bl.iso_seconds(steps["draining"])
         if "draining" in steps and "rejoined" in steps:
             row["out_records"] = bl.iso_seconds(steps["rejoined"]) - bl.iso_seconds(steps["draining"])
         if row["restarted"]:
@@ -111,12 +109,12 @@ def report(result: dict, run: bl.Run, args, window_from, window_to):
     print(bl.table(["batch", "hosts", "which", "wall s", "server s (longest SIGTERM->fired up)", "settle s",
                     "overhead s", f"naive: wall-(import+load+settle)={cfg_load:g}+{args.settle:g}",
                     "target <= 3 s"], rows))
-    print("\nPer host (seconds; out of the router from the bench_times callback, the records' 1 s-resolution "
-          "step times in brackets):\n")
+    print("\nPer host (seconds; out of the router: the record's draining step -> rejoined_at; draining -> the "
+          "rejoined step, written after the last-known-good copy is saved, in brackets):\n")
     rows = []
     for name, h in sorted(result["hosts"].items(), key=lambda kv: (kv[1].get("batch") or 0, kv[0])):
         rows.append([name, h.get("batch", "-"), "yes" if h["restarted"] else "NO",
-                     f"{bl.fmt(h.get('out'), 2)} ({bl.fmt(h.get('out_records'), 0)})", bl.fmt(h.get("stop"), 2),
+                     f"{bl.fmt(h.get('out'), 2)} ({bl.fmt(h.get('out_records'), 2)})", bl.fmt(h.get("stop"), 2),
                      bl.fmt(h.get("import"), 2), bl.fmt(h.get("start"), 2), bl.fmt(args.settle, 0),
                      bl.fmt(h.get("overhead"), 2)])
     print(bl.table(["host", "batch", "restarted", "out of router", "stop (SIGTERM->Started)",
