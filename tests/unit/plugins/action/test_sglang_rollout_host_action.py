@@ -126,6 +126,8 @@ def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order
     assert [s["step"] for s in record["steps"]] == ["prepared", "draining", "applying", "verified", "rejoined"]
     assert record["status"] == "updated" and record["new_invocation"] == NEW and record["last_good_saved"] is True
     assert record["in_router"] is True and record["time_to_ready"] == 7.5
+    steps = dict((s["step"], s["at"]) for s in record["steps"])
+    assert steps["verified"] <= record["rejoined_at"] <= steps["rejoined"]  # back in the router before the save
     assert result["record"] == record
     assert any("verified invocation %s; putting it back into the router" % NEW in line for line in shown.lines)
 
@@ -200,6 +202,7 @@ def test_nothing_to_install_verifies_the_running_process_without_a_restart(tmp_p
     assert not result.get("failed") and host.names() == ["sglang_ready", "sglang_last_good"]
     assert "after_invocation" not in host.calls[0][1] and router.calls == []
     assert record["status"] == "unchanged (verified)" and record["in_router"] is None
+    assert "rejoined_at" not in record  # no router: never out of it
 
 
 def test_a_first_change_keeps_what_runs_before_touching_the_unit(tmp_path, shown, monkeypatch):
