@@ -59,6 +59,7 @@ SAVE = "Keep the verified unit as last-known-good (verified, settled and back in
 
 ARGUMENT_SPEC = dict(
     run=dict(type="dict", required=True),
+    capacity=dict(type="dict", default={}),
     router=dict(type="dict", default={}, options=dict(
         url=dict(type="str", default=""),
         api_key=dict(type="str", no_log=True),
@@ -172,6 +173,9 @@ class ActionModule(ActionBase):
 
     def _critical_path(self, args, recovering):
         drift = self._drift
+        capacity = args.get("capacity") or {}
+        if capacity.get("failed"):  # the batch's capacity check (run once for the batch) said no
+            raise StepFailed(CAPACITY, capacity)
         if drift.get("blocking"):
             raise StepFailed(BLOCKING, {"failed": True, "msg": (
                 "%s: %s. A restart cannot apply the intended settings while they override them: remove the drop-ins, "
@@ -233,7 +237,8 @@ class ActionModule(ActionBase):
         restart = bool(installed.get("changed")) or (drift.get("restart_pending") and drift.get("active_state") == "active")
         started = None
         if restart:
-            self._say("restarting %s" % unit)
+            self._say("restarting %s (%s)" % (unit, "the unit or its config file changed" if installed.get("changed")
+                                              else "; ".join(drift.get("restart_reasons") or ["restart pending"])))
             started = self._step(RESTART, "ansible.builtin.systemd_service", dict(
                 name=unit, daemon_reload=True, enabled=True, state="restarted"))
         elif not drift.get("enabled") or drift.get("active_state") != "active":

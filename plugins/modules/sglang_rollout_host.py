@@ -52,6 +52,11 @@ options:
     description: The rollout's run (the result of M(gpufleet.inference.sglang_rollout) O(gpufleet.inference.sglang_rollout#module:state=start)).
     type: dict
     required: true
+  capacity:
+    description:
+      - The result of the batch's capacity check (M(gpufleet.inference.sglang_rollout) with C(state=capacity), run once
+        for the batch and registered with C(ignore_errors)); when it failed, the host fails before anything changes.
+    type: dict
   router:
     description: The router the host leaves and rejoins; none (no O(router.url)) - no drain.
     type: dict

@@ -686,9 +686,9 @@ def test_unit_installed_without_its_restart_is_restarted_not_reported_as_a_misma
     run = finished(rollout(inv, results, hosts))
     after = fleet_state(lab, lab_hosts, need_router)
     assert run.rc == 0, run
-    assert not re.search(r"TASK \[gpufleet.inference.sglang : Install the SGLang unit\] \**\nchanged: ", run.out), run
-    assert re.search(r"TASK \[gpufleet.inference.sglang : Restart when the process does not run the installed "
-                     r"unit\] \**\nchanged: ", run.out), run
+    name = re.escape(canary["name"])
+    assert not re.search(rf"sglang_rollout \| {name}: \[ *[0-9.]+s\] installing", run.out), run
+    assert re.search(rf"sglang_rollout \| {name}: \[ *[0-9.]+s\] restarting sglang.service \(.*installed", run.out), run
     records = Records(results)
     run_id = records.only_run()
     record = assert_records_consistent(records, run_id)[canary["name"]]

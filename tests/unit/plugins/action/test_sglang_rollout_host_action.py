@@ -241,3 +241,17 @@ def test_bad_arguments_fail_before_anything(tmp_path, shown, monkeypatch):
         act(tmp_path, host, router, monkeypatch=monkeypatch, run={"run_id": "x"})
     assert "run must be the result of sglang_rollout" in str(raised.value)
     assert host.calls == [] and router.calls == []
+
+
+def test_a_refused_capacity_check_fails_the_host_before_it_leaves_the_router(tmp_path, shown, monkeypatch):
+    host, router = Host(), Router()
+    refusal = {"failed": True, "msg": "capacity guard: taking http://gpu-1:30000 out of the router would leave 2 "
+                                      "healthy worker(s) of this rollout's group, below rollout_min_healthy 3"}
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, capacity=refusal)
+    assert result["failed"] and host.calls == [] and router.calls == []
+    assert record["status"] == "failed" and record["failed_task"] == action_mod.CAPACITY
+    assert "capacity guard" in record["error"] and record["in_router"] is True and record["reverted"] is False
+    ok, dummy = act(tmp_path / "ok", Host(sglang_ready=[PASS]), Router(), monkeypatch=monkeypatch,
+                    capacity={"changed": False, "remaining": 3, "required": 3},
+                    the_drift=drift(changed_files=[], in_sync=True))
+    assert not ok.get("failed")
