@@ -207,7 +207,8 @@ class ActionModule(ActionBase):
                                    min_ready_seconds=args["wait"].get("min_ready_seconds"), recovering=recovering,
                                    last_good=saved, last_good_error=error)
         self._say(self._state.get("status"))
-        return {"msg": "%s: %s (invocation %s)" % (self._host, self._state.get("status"), verified.get("invocation_id")),
+        status = self._state.get("status")
+        return {"msg": "%s: %s (invocation %s)" % (self._host, status, verified.get("invocation_id")),
                 "verified": verified, "record": self._state}
 
     def _apply(self, args):
@@ -219,9 +220,9 @@ class ActionModule(ActionBase):
         if "group %s" % accounts.get("group") in missing:
             self._step(ACCOUNTS, "ansible.builtin.group", dict(name=accounts["group"], system=True))
         if "user %s" % accounts.get("user") in missing:
-            self._step(ACCOUNTS, "ansible.builtin.user", dict(name=accounts["user"], group=accounts["group"],
-                                                             system=True, create_home=False,
-                                                             shell="/usr/sbin/nologin"))
+            self._step(ACCOUNTS, "ansible.builtin.user", dict(
+                name=accounts["user"], group=accounts["group"], system=True, create_home=False,
+                shell="/usr/sbin/nologin"))
         journald = args.get("journald") or {}
         if journald.get("path") in changed_files:
             self._step(JOURNALD, "gpufleet.inference.sglang_unit_files", dict(files=[journald]))
@@ -234,7 +235,8 @@ class ActionModule(ActionBase):
             self._say("installing %s" % ", ".join(f["path"] for f in unit_files + secret_files))
             installed = self._step(INSTALL, "gpufleet.inference.sglang_unit_files",
                                    dict(files=args["files"], secret_files=args.get("secret_files") or []))
-        restart = bool(installed.get("changed")) or (drift.get("restart_pending") and drift.get("active_state") == "active")
+        pending = bool(drift.get("restart_pending")) and drift.get("active_state") == "active"
+        restart = bool(installed.get("changed")) or pending
         started = None
         if restart:
             self._say("restarting %s (%s)" % (unit, "the unit or its config file changed" if installed.get("changed")
@@ -243,7 +245,8 @@ class ActionModule(ActionBase):
                 name=unit, daemon_reload=True, enabled=True, state="restarted"))
         elif not drift.get("enabled") or drift.get("active_state") != "active":
             self._say("starting %s" % unit)
-            started = self._step(START, "ansible.builtin.systemd_service", dict(name=unit, enabled=True, state="started"))
+            started = self._step(START, "ansible.builtin.systemd_service",
+                                 dict(name=unit, enabled=True, state="started"))
         wait = dict(args["wait"], unit=unit, expect=args["intent"].get("expect"),
                     config_line=args["intent"].get("config_line"), command=args["intent"].get("command"),
                     environment=args["intent"].get("environment"))

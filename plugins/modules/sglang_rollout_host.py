@@ -10,9 +10,9 @@ module: sglang_rollout_host
 short_description: One host of a rollout's apply phase - the critical path in one task, reverted on failure
 version_added: 0.2.0
 description:
-  - Used by the playbook C(gpufleet.inference.rollout) through the role entry point
-    C(gpufleet.inference.sglang) C(rollout_host), after the role's C(drift) in the prepare phase. An action plugin:
-    it runs on the controller and sends the role's modules to the host, with the arguments the role's own tasks use.
+  - Used by the playbook C(gpufleet.inference.rollout) through the role's step C(rollout_host) (role
+    C(gpufleet.inference.sglang), after its C(drift) in the prepare phase). An action plugin - it runs on the
+    controller and sends the role's modules to the host, with the arguments the role's own tasks use.
   - "In order, each step recorded (M(gpufleet.inference.sglang_rollout) records) before it can leave the host worse:
     record C(draining); leave the router and drain (with O(router.url)); keep what runs now as last-known-good when the
     host has none (M(gpufleet.inference.sglang_last_good)); record C(applying); create missing accounts, install what
@@ -49,7 +49,9 @@ attributes:
     platforms: posix
 options:
   run:
-    description: The rollout's run (the result of M(gpufleet.inference.sglang_rollout) O(gpufleet.inference.sglang_rollout#module:state=start)).
+    description:
+      - The rollout's run (the result of M(gpufleet.inference.sglang_rollout) with
+        O(gpufleet.inference.sglang_rollout#module:state=start)).
     type: dict
     required: true
   capacity:
@@ -98,19 +100,24 @@ options:
     type: dict
     required: true
   files:
-    description: The unit file to install (M(gpufleet.inference.sglang_unit_files) O(gpufleet.inference.sglang_unit_files#module:files)).
+    description:
+      - The unit file to install (M(gpufleet.inference.sglang_unit_files)
+        O(gpufleet.inference.sglang_unit_files#module:files)).
     type: list
     elements: dict
     required: true
   secret_files:
-    description: Files holding secrets (M(gpufleet.inference.sglang_unit_files) O(gpufleet.inference.sglang_unit_files#module:secret_files)).
+    description:
+      - Files holding secrets (M(gpufleet.inference.sglang_unit_files)
+        O(gpufleet.inference.sglang_unit_files#module:secret_files)).
     type: list
     elements: dict
   journald:
     description: journald's drop-in (C(path), C(content)); installed, and journald restarted, when it differs.
     type: dict
   accounts:
-    description: The user and group the unit runs as (C(user), C(group)), created when the drift check found them missing.
+    description:
+      - The user and group the unit runs as (C(user), C(group)), created when the drift check found them missing.
     type: dict
   last_good:
     description: Where last-known-good copies are kept (C(directory)) and which files they hold (C(files)).
@@ -118,9 +125,9 @@ options:
     required: true
   wait:
     description:
-      - The options of M(gpufleet.inference.sglang_ready) other than the unit and the intent (C(url), C(api_key), C(timeout),
-        C(min_ready_seconds), C(accept_unverified), C(prompt), C(max_new_tokens), C(journal_grace), C(receipt_dir),
-        C(progress)).
+      - The options of M(gpufleet.inference.sglang_ready) other than the unit and the intent (C(url), C(api_key),
+        C(timeout), C(min_ready_seconds), C(accept_unverified), C(prompt), C(max_new_tokens), C(journal_grace),
+        C(receipt_dir), C(progress)).
     type: dict
     required: true
   verify:
@@ -146,7 +153,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 record:
-  description: The host's record after its last step (C(status) - V(updated), V(recovered), V(unchanged (verified)), V(reverted), V(failed), V(verified, not rejoined)).
+  description:
+    - The host's record after its last step; its C(status) is V(updated), V(recovered), V(unchanged (verified)),
+      V(reverted), V(failed) or V(verified, not rejoined).
   returned: always
   type: dict
 verified:

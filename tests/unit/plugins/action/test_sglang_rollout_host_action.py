@@ -110,7 +110,8 @@ def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080"
 
 
 def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
+    host = Host(sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
                 sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
@@ -133,7 +134,8 @@ def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order
 
 
 def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_path, shown, monkeypatch):
-    restored = {"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024}, "config_line": "required"}}}
+    restored = {"changed": True,
+                "record": {"intent": {"expect": {"draft_window_size": 1024}, "config_line": "required"}}}
     host = Host(sglang_unit_files=[{"changed": True}],
                 systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}, {"changed": True}],
                 sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
@@ -183,7 +185,8 @@ def test_a_connection_lost_while_installing_is_recorded_and_nothing_more_is_done
 
 
 def test_a_router_that_refuses_the_rejoin_leaves_a_verified_host_as_it_is(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
+    host = Host(sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
                 sglang_ready=[PASS])
     router = Router(present=[{"failed": True, "msg": "Connection refused"}])
     router.answers["present"] = [action_mod.RouterError("router at http://router:30080: Connection refused")]
