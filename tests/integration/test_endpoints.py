@@ -28,12 +28,20 @@ PORT = free_wildcard_port()
 SIM_ENV = {"SGLANG_SIM_LOAD_SECONDS": "2", "SGLANG_SIM_DRAIN_POLL_SECONDS": "1"}
 
 
-WAIT_TASK = "Wait until the new SGLang process runs the intended settings"
+# The rollout's one task per host (role sglang, tasks/rollout_host.yml).
+ROLLOUT_TASK = "Roll out this host (leave the router, install, restart, wait, rejoin; revert on failure)"
+WAIT_STEP = "Wait until the new SGLang process runs the intended settings"
 
 
 def wait_result(out: str, host: str) -> dict:
+    """The wait's result inside the rollout's task: `verified` on success, the failed wait's `failure`."""
     from role_support import Results
-    return Results(out).one(WAIT_TASK, host)["result"]
+    result = Results(out).one(ROLLOUT_TASK, host)["result"]
+    assert result, f"no JSON result of {ROLLOUT_TASK!r} for {host}:\n{out[-6000:]}"
+    if "verified" in result:
+        return result["verified"]
+    assert result.get("failed_step") == WAIT_STEP, result
+    return result["failure"]
 
 
 @pytest.fixture

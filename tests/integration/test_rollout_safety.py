@@ -26,7 +26,7 @@ from role_support import wait_for
 from rollout_support import (INSTALL_WITHOUT_RESTART, LAST_GOOD_DIR, PROGRESS, ROLLOUT, SIM_ENV, UNIT_PATH,
                              FleetInventory, Playbook, Records, add_workers, assert_record_matches_host,
                              assert_records_consistent, assert_runs, describe, failures, fleet_state, play_batches,
-                             remove_workers, run_playbook_argv, ssh_clients_to)
+                             remove_workers, router_workers, run_playbook_argv, ssh_clients_to, worker_url)
 # Fixtures (pytest finds them in this module's namespace).
 from rollout_support import lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
 
@@ -580,7 +580,11 @@ def test_router_killed_at_rejoin_stops_with_a_consistent_record_and_a_rerun_puts
         killed = run.rc is not None
         lab.start_router()
     assert killed
-    # The lab's up adds every host whose server answers; the rollout had left the canary out.
+    # The lab's up adds every host whose server answers; the rollout had left the canary out. The
+    # router may list an added worker a moment later: wait for it before taking it out again.
+    deadline = time.monotonic() + 30
+    while worker_url(canary) not in {w["url"] for w in router_workers(need_router)} and time.monotonic() < deadline:
+        time.sleep(0.3)
     remove_workers(need_router, hosts)
     after = fleet_state(lab, lab_hosts, need_router)
     records = Records(results)
