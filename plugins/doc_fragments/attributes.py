@@ -37,3 +37,6 @@ attributes:
   platform:
     platforms: all
 """
+
+    # Action plugins that run on the controller and send the collection's modules to the host.
+    CONTROLLER_TO_HOST = CONTROLLER.replace("platforms: all", "platforms: posix")

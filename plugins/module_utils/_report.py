@@ -212,8 +212,11 @@ def query(results_dir, candidates=None, key_fields=None):
     measured = [combination_key(row, key_fields) for row in rows]
     measured_set = set(measured)
     pending = [c for c in candidates if combination_key(c, key_fields) not in measured_set]
-    return {"measured_keys": measured, "rows": rows, "pending": pending,
-            "pending_keys": [combination_key(c, key_fields) for c in pending], "key_fields": key_fields}
+    pending_keys = [combination_key(c, key_fields) for c in pending]
+    plan = "%d combination(s), %d to measure (%s): %s" % (len(candidates), len(pending),
+                                                          os.path.join(results_dir, CSV_NAME), pending_keys)
+    return {"measured_keys": measured, "rows": rows, "pending": pending, "pending_keys": pending_keys,
+            "key_fields": key_fields, "msg": plan}
 
 
 def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_per_s", higher_is_better=True,

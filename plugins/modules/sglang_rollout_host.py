@@ -33,20 +33,9 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - ansible.builtin.action_common_attributes.flow
-attributes:
-  action:
-    support: full
-  async:
-    support: none
-  bypass_host_loop:
-    support: none
-  check_mode:
-    support: full
-    details: In check mode the host is skipped; the rollout's prepare phase says what would change.
-  diff_mode:
-    support: none
-  platform:
-    platforms: posix
+  - gpufleet.inference.attributes.controller_to_host
+notes:
+  - In check mode the host is skipped; the rollout's prepare phase says what would change.
 options:
   run:
     description:

@@ -128,6 +128,11 @@ pending_keys:
   type: list
   elements: str
   sample: ["draft_window_size=4096|block_size=16"]
+msg:
+  description: The plan in one line - candidates, how many are still to measure, where, which.
+  returned: when O(state=query)
+  type: str
+  sample: "4 combination(s), 1 to measure (/srv/sweep/results.csv): ['draft_window_size=4096|block_size=16']"
 rows:
   description: The rows of C(results.csv) (after the merge with O(state=present)), values as written.
   returned: always

@@ -429,3 +429,13 @@ def make_action(action_module, args, check_mode=False, action="gpufleet.inferenc
     connection._shell.tmpdir = "/tmp/remote"
     return action_module.ActionModule(task, connection, MagicMock(), loader=None, templar=None,
                                       shared_loader_obj=None)
+
+
+class Display(object):
+    """ansible's display for action plugin tests: keeps every line shown."""
+
+    def __init__(self):
+        self.lines = []
+
+    def display(self, text, *args, **kwargs):
+        self.lines.append(text)

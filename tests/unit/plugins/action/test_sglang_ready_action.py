@@ -32,14 +32,6 @@ class FakeTime(object):
         self.now += seconds
 
 
-class Display(object):
-    def __init__(self):
-        self.lines = []
-
-    def display(self, text, *args, **kwargs):
-        self.lines.append(text)
-
-
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeTime()
@@ -49,7 +41,7 @@ def clock(monkeypatch):
 
 @pytest.fixture
 def shown(monkeypatch):
-    fake = Display()
+    fake = fakes.Display()
     monkeypatch.setattr(action_mod, "display", fake)
     return fake
 

@@ -25,17 +25,9 @@ PASS = {"verdict": "pass", "verified": True, "invocation_id": NEW, "observed": {
         "source": "journal", "phases": {"generate": {"elapsed": 7.5}}, "msg": "invocation %s is serving" % NEW}
 
 
-class Display(object):
-    def __init__(self):
-        self.lines = []
-
-    def display(self, text, *args, **kwargs):
-        self.lines.append(text)
-
-
 @pytest.fixture
 def shown(monkeypatch):
-    fake = Display()
+    fake = fakes.Display()
     monkeypatch.setattr(action_mod, "display", fake)
     monkeypatch.setattr(ready_mod, "display", fake)
     monkeypatch.setattr(action_mod.time, "sleep", lambda seconds: None)

@@ -98,6 +98,8 @@ def test_query_tells_pending_combinations(tmp_path):
     assert result["measured_keys"] == ["draft_window_size=2048|block_size=16", "draft_window_size=|block_size=16"]
     assert result["pending"] == [{"draft_window_size": 4096, "block_size": 16}]
     assert result["pending_keys"] == ["draft_window_size=4096|block_size=16"]
+    assert result["msg"] == "3 combination(s), 1 to measure (%s/results.csv): ['draft_window_size=4096|block_size=16']" % (
+        tmp_path,)
 
 
 def test_query_without_results_has_everything_pending(tmp_path):
