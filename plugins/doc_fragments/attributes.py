@@ -39,4 +39,19 @@ attributes:
 """
 
     # Action plugins that run on the controller and send the collection's modules to the host.
-    CONTROLLER_TO_HOST = CONTROLLER.replace("platforms: all", "platforms: posix")
+    CONTROLLER_TO_HOST = r"""
+options: {}
+attributes:
+  action:
+    support: full
+  async:
+    support: none
+  bypass_host_loop:
+    support: none
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+"""
