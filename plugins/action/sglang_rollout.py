@@ -18,6 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
 
@@ -146,10 +147,29 @@ class ActionModule(ActionBase):
             if record["status"] == "pending":
                 apply.append(host)
         if failed or lost:
-            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost,
+            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost, "prebuilt": [],
                     "msg": "the prepare phase failed on %s: no host is changed" % ", ".join(failed + lost)}
-        return {"apply": apply, "failed_hosts": [], "lost_hosts": [],
+        prebuilt = self._prebuild(task_vars) if apply else []
+        return {"apply": apply, "failed_hosts": [], "lost_hosts": [], "prebuilt": prebuilt,
                 "msg": "%d host(s) to change: %s" % (len(apply), ", ".join(apply) or "none")}
+
+    def _prebuild(self, task_vars):
+        """Build the critical path's module payloads into this run's module cache now, while no host
+        is out of service: each worker of the apply phase then reads them instead of building them
+        (~0.3 s per module, paid by the canary otherwise). Nothing runs on a host; a module that
+        cannot be built here is built when it is used, as without this."""
+        # The payload does not depend on the interpreter: name one so nothing is discovered remotely.
+        build_vars = dict(task_vars, ansible_python_interpreter=task_vars.get("ansible_python_interpreter")
+                          or "/usr/bin/python3")
+        built = []
+        for name in CRITICAL_PATH_MODULES:
+            try:
+                self._configure_module(name, {}, build_vars)
+            except Exception as exc:  # pylint: disable=broad-except
+                display.vvv("sglang_rollout: could not prebuild %s: %s" % (name, exc))
+                continue
+            built.append(name)
+        return built
 
     # ------------------------------------------------------------------ capacity
 

@@ -57,6 +57,17 @@ REJOIN = "Put this host back into the router"
 SAVE = "Keep the verified unit as last-known-good (verified, settled and back in the router)"
 
 
+# The modules every changing host runs on its critical path. The prepare phase builds their
+# payloads into this run's module cache (sglang_rollout state=prepared), so the canary's time out
+# of the router does not include building them.
+CRITICAL_PATH_MODULES = (
+    "gpufleet.inference.sglang_unit_files",
+    "ansible.builtin.systemd_service",
+    "gpufleet.inference.sglang_ready",
+    "gpufleet.inference.sglang_last_good",
+)
+
+
 ARGUMENT_SPEC = dict(
     run=dict(type="dict", required=True),
     capacity=dict(type="dict", default={}),

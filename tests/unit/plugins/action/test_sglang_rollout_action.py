@@ -8,6 +8,7 @@ import os
 import pytest
 
 import fakes
+from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.action import sglang_rollout as action_mod
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 
@@ -323,7 +324,48 @@ def prepared(run, hostvars, alive=None, hosts=("gpu-1", "gpu-2", "gpu-3")):
     return action.run(task_vars={"inventory_hostname": hosts[0], "hostvars": hostvars})
 
 
-def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_change(tmp_path, shown):
+@pytest.fixture
+def built(monkeypatch):
+    """The module payloads the prepare phase builds (ActionBase._configure_module, faked)."""
+    class Calls(list):
+        broken = ()
+
+    calls = Calls()
+
+    def configure(self, name, module_args, task_vars):
+        calls.append((name, task_vars.get("ansible_python_interpreter")))
+        if name in calls.broken:
+            raise RuntimeError("cannot build %s" % name)
+        return object(), "/path/%s.py" % name
+
+    monkeypatch.setattr(action_mod.ActionModule, "_configure_module", configure)
+    return calls
+
+
+def test_prepared_builds_the_critical_path_modules_before_any_host_leaves(tmp_path, shown, built):
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
+    out = prepared(run, {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT},
+                         "gpu-3": {"sglang_drift": dict(DRIFT, in_sync=True)}})
+    assert out["prebuilt"] == list(CRITICAL_PATH_MODULES) and [c[0] for c in built] == list(CRITICAL_PATH_MODULES)
+    assert {c[1] for c in built} == {"/usr/bin/python3"}  # no interpreter discovery on the host for a build
+    # One that cannot be built here is left to the apply phase (built when used); the others are built.
+    del built[:]
+    built.broken = ("gpufleet.inference.sglang_ready",)
+    again = prepared(start(tmp_path / "again", hosts=["gpu-1", "gpu-2", "gpu-3"]),
+                     {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT}, "gpu-3": {"sglang_drift": DRIFT}})
+    assert not again.get("failed") and again["apply"] == ["gpu-1", "gpu-2", "gpu-3"], again
+    assert again["prebuilt"] == [m for m in CRITICAL_PATH_MODULES if m != "gpufleet.inference.sglang_ready"]
+    # Nothing to change, or a host failed: nothing is built.
+    del built[:]
+    none = prepared(start(tmp_path / "none", hosts=["gpu-1"]), {"gpu-1": {"sglang_drift": dict(DRIFT, in_sync=True)}},
+                    hosts=("gpu-1",))
+    assert none["apply"] == [] and none["prebuilt"] == [] and built == []
+    lost = prepared(start(tmp_path / "lost", hosts=["gpu-1", "gpu-2"]), {"gpu-1": {"sglang_drift": DRIFT}},
+                    alive=["gpu-1"], hosts=("gpu-1", "gpu-2"))
+    assert lost["apply"] == [] and built == []
+
+
+def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_change(tmp_path, shown, built):
     run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
     hostvars = {"gpu-1": {"sglang_drift": DRIFT, "sglang_endpoint": {"url": "u1"}},
                 "gpu-2": {"sglang_drift": dict(DRIFT, in_sync=True)},
@@ -337,7 +379,7 @@ def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_chang
     assert summary["counts"] == {"pending": 2, "unchanged (verified)": 1}
 
 
-def test_prepared_sends_no_host_when_one_failed_or_was_lost(tmp_path, shown):
+def test_prepared_sends_no_host_when_one_failed_or_was_lost(tmp_path, shown, built):
     run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
     failed = record(run, "failed", host="gpu-3", task="Check the SGLang settings", failure={"msg": "bad window"})
     hostvars = {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT},
