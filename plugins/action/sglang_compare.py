@@ -1,0 +1,149 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Compare one host with the role's intended SGLang settings, in one task (changes nothing).
+
+Validate the settings, detect the host's SGLang version (gpufleet.inference.sglang_preflight,
+package metadata), build the intent and render the role's unit and journald templates for that
+version, compare the host with them (gpufleet.inference.sglang_drift), and - only when the host
+must change - check the intended arguments with the host's own SGLang (sglang_preflight with
+args). The role's `drift` entry point runs this; its result is the drift result, plus what the
+role keeps for the host's later steps (version, endpoint, intent, rendered files).
+
+Why one action: these were five tasks per host (assert, version, set_fact, drift, preflight), each
+a controller fork and a templating of the role's settings. The modules and their arguments are
+the ones those tasks sent. Documentation: plugins/modules/sglang_compare.py.
+"""
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+
+DRIFT_MODULE = "gpufleet.inference.sglang_drift"
+PREFLIGHT_MODULE = "gpufleet.inference.sglang_preflight"
+
+ARGUMENT_SPEC = dict(
+    settings=dict(type="dict", required=True, no_log=False),
+    version=dict(type="str", default=""),
+    address=dict(type="str"),
+    worker_url=dict(type="str", default=""),
+    templates=dict(type="dict", required=True, options=dict(
+        unit=dict(type="str", required=True),
+        journald=dict(type="str", required=True),
+    )),
+    paths=dict(type="dict", required=True, options=dict(
+        unit=dict(type="str", required=True),
+        journald=dict(type="str", required=True),
+    )),
+    secret_files=dict(type="list", elements="dict", default=[], no_log=True),
+    receipt_dir=dict(type="str", required=True),
+    last_good_dir=dict(type="str", required=True),
+    prompt=dict(type="str", required=True),
+    max_new_tokens=dict(type="int", required=True),
+    preflight=dict(type="bool", default=True),
+)
+
+# The settings keys the action reads directly (the rest go to the args builder as they are).
+REQUIRED_SETTINGS = ("sglang_unit_name", "sglang_python", "sglang_user", "sglang_group", "sglang_host",
+                     "sglang_port", "sglang_api_key", "sglang_extra_args", "sglang_environment")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _module(self, name, module_args, task_vars):
+        result = self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+        if result.get("unreachable"):
+            result["failed"] = True
+        return result
+
+    def _render(self, template, task_vars, version):
+        """One of the role's templates, rendered as ansible.builtin.template's lookup renders it in a task."""
+        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                                           templar=self._templar)
+        return lookup.run([template], task_vars, template_vars={"__sglang_version": version})[0]
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        settings = args["settings"]
+        missing = [key for key in REQUIRED_SETTINGS if key not in settings]
+        if missing:
+            raise AnsibleActionFail("sglang_compare: settings lack %s" % ", ".join(missing))
+
+        # 1. The settings alone (version-independent): nothing is asked of the host before they are valid.
+        try:
+            _args.validate(settings)
+        except _args.SettingsError as exc:
+            result.update(failed=True, msg=str(exc), step="validate")
+            return result
+
+        # 2. The host's SGLang version (package metadata; SGLang is not imported), unless it is given.
+        version = str(args["version"] or "").strip()
+        detected = None
+        if not version:
+            detected = self._module(PREFLIGHT_MODULE, dict(
+                python=settings["sglang_python"], environment=settings["sglang_environment"] or {}), task_vars)
+            if detected.get("failed"):
+                detected.update(step="version")
+                result.update(detected)
+                return result
+            version = detected["version"]
+
+        # 3. What the host must run: intent, /server_info, the unit and journald files, where it answers.
+        try:
+            intent = _args.build_intent(settings, version)
+            server_info = _args.intended_server_info(settings, version)
+            endpoint = _args.server_endpoints(settings["sglang_host"], settings["sglang_port"],
+                                              args.get("address") or task_vars.get("inventory_hostname"),
+                                              settings["sglang_extra_args"])
+        except (_args.SettingsError, TypeError, ValueError) as exc:
+            result.update(failed=True, msg=str(exc), step="intent", version=version)
+            return result
+        if args["worker_url"]:
+            endpoint["worker_url"] = args["worker_url"]
+        unit_text = self._render(args["templates"]["unit"], task_vars, version)
+        journald_text = self._render(args["templates"]["journald"], task_vars, version)
+
+        # 4. The host against the intent (changes nothing).
+        api_key = settings.get("sglang_api_key") or None
+        drift_args = dict(
+            unit=settings["sglang_unit_name"], url=endpoint["url"], receipt_dir=args["receipt_dir"],
+            last_good_dir=args["last_good_dir"],
+            accounts={"user": settings["sglang_user"], "group": settings["sglang_group"]},
+            files=[dict(path=args["paths"]["unit"], content=unit_text, mode="0644", owner="root", group="root"),
+                   dict(path=args["paths"]["journald"], content=journald_text, mode="0644", owner="root",
+                        group="root", restart_on_change=False)],
+            secret_files=args["secret_files"], expect=intent["expect"], config_line=intent["config_line"],
+            command=intent["command"], environment=intent["environment"], server_info=server_info,
+            prompt=args["prompt"], max_new_tokens=args["max_new_tokens"])
+        if api_key:
+            drift_args["api_key"] = api_key
+        drift = self._module(DRIFT_MODULE, drift_args, task_vars)
+        result.update(drift)
+        prepared = dict(version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
+                        endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text)
+        result["prepared"] = prepared
+        if drift.get("failed"):
+            result["step"] = "drift"
+            return result
+
+        # 5. A host that must change: its own SGLang checks the intended arguments (parses, starts nothing).
+        if args["preflight"] and not drift.get("in_sync"):
+            checked = self._module(PREFLIGHT_MODULE, dict(
+                python=settings["sglang_python"], environment=settings["sglang_environment"] or {},
+                args=intent["command"][3:]), task_vars)
+            result["preflight"] = dict((key, checked.get(key)) for key in ("checked", "unchecked", "msg")
+                                       if key in checked)
+            if checked.get("failed"):
+                result.update(failed=True, msg=checked.get("msg"), step="preflight",
+                              unreachable=checked.get("unreachable", False))
+                if not result["unreachable"]:
+                    result.pop("unreachable")
+                return result
+        result["changed"] = False
+        return result

@@ -1,0 +1,169 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's comparison in one action: validate before the host is asked anything, the version
+from the host, the intent and the rendered unit for THAT version, the drift check with them, and
+the host's own SGLang checking the arguments only when the host must change. Each failure stops
+what follows it. The host's modules and the template rendering are scripted."""
+import pytest
+
+from ansible_collections.gpufleet.inference.plugins.action import sglang_compare as action_mod
+from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+
+import fakes
+
+SETTINGS = {
+    "sglang_unit_name": "sglang.service", "sglang_python": "/opt/sglang/venv/bin/python",
+    "sglang_config_file": "/etc/sglang/sglang.yaml", "sglang_user": "sglang", "sglang_group": "sglang",
+    "sglang_model_path": "/models/Kimi-K2.6", "sglang_served_model_name": "kimi-k2.6", "sglang_tp_size": 8,
+    "sglang_host": "0.0.0.0", "sglang_port": 30000, "sglang_api_key": "", "sglang_extra_args": {},
+    "sglang_environment": {"SGLANG_SIM_LOAD_SECONDS": "4"},
+    "sglang_speculative_algorithm": "DFLASH", "sglang_speculative_draft_model_path": "/models/Kimi-K2.6-DFlash",
+    "sglang_speculative_num_draft_tokens": 16, "sglang_speculative_draft_window_size": 2048,
+    "sglang_speculative_eagle_topk": None, "sglang_speculative_num_steps": None,
+    "sglang_speculative_tree_budget": None,
+}
+UNIT = "/etc/systemd/system/sglang.service"
+JOURNALD = "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"
+DRIFTED = {"changed": False, "verdict": "drifted", "in_sync": False, "changed_files": [UNIT], "invocation_id": "aaaa"}
+IN_SYNC = {"changed": False, "verdict": "in_sync", "in_sync": True, "changed_files": [], "invocation_id": "aaaa"}
+
+
+class Host(object):
+    """_execute_module: answers per module (short name) in order; records every call."""
+
+    def __init__(self, **answers):
+        self.answers = dict((name, list(items)) for name, items in answers.items())
+        self.calls = []
+
+    def __call__(self, module_name, module_args, task_vars):
+        name = module_name.rsplit(".", 1)[-1]
+        self.calls.append((name, dict(module_args)))
+        queue = self.answers.get(name) or [{"changed": False}]
+        return dict(queue.pop(0) if len(queue) > 1 else queue[0])
+
+    def names(self):
+        return [name for name, dummy in self.calls]
+
+
+def compare(host, settings=None, rendered=None, **over):
+    args = dict(settings=dict(settings or SETTINGS), version="", address="10.0.0.7", worker_url="",
+                templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
+                paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
+                last_good_dir="/var/lib/l", prompt="The capital of France is", max_new_tokens=16)
+    args.update(over)
+    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
+    action._execute_module = host
+    renders = rendered if rendered is not None else []
+    action._render = lambda template, task_vars, version: renders.append((template, version)) or \
+        "%s for %s" % (template, version)
+    return action.run(task_vars={"inventory_hostname": "gpu-1"})
+
+
+def test_a_host_that_must_change_is_compared_with_its_versions_intent_then_its_sglang_checks_the_arguments():
+    host = Host(sglang_preflight=[{"changed": False, "version": "0.5.23", "version_source": "metadata"},
+                                  {"changed": False, "version": "0.5.23", "checked": ["parse"], "unchecked": []}],
+                sglang_drift=[DRIFTED])
+    rendered = []
+    out = compare(host, rendered=rendered)
+    assert not out.get("failed"), out
+    assert host.names() == ["sglang_preflight", "sglang_drift", "sglang_preflight"]
+    intent = _args.build_intent(SETTINGS, "0.5.23")
+    assert host.calls[0][1] == {"python": "/opt/sglang/venv/bin/python",
+                                "environment": {"SGLANG_SIM_LOAD_SECONDS": "4"}}  # version only: no args
+    drift_args = host.calls[1][1]
+    assert (drift_args["expect"], drift_args["command"], drift_args["config_line"]) == (
+        intent["expect"], intent["command"], intent["config_line"])
+    assert drift_args["server_info"] == _args.intended_server_info(SETTINGS, "0.5.23")
+    # The files compared are the role's templates rendered for the DETECTED version.
+    assert rendered == [("sglang.service.j2", "0.5.23"), ("journald-ratelimit.conf.j2", "0.5.23")]
+    assert [(f["path"], f["content"]) for f in drift_args["files"]] == [
+        (UNIT, "sglang.service.j2 for 0.5.23"), (JOURNALD, "journald-ratelimit.conf.j2 for 0.5.23")]
+    assert drift_args["files"][1]["restart_on_change"] is False
+    assert drift_args["url"] == "http://127.0.0.1:30000" and "api_key" not in drift_args
+    assert drift_args["accounts"] == {"user": "sglang", "group": "sglang"}
+    assert host.calls[2][1]["args"] == intent["command"][3:]
+    # The drift result is the task's result (register: sglang_drift), plus what later steps use.
+    assert out["verdict"] == "drifted" and out["changed_files"] == [UNIT] and out["changed"] is False
+    assert out["prepared"]["version"] == "0.5.23" and out["prepared"]["intent"] == intent
+    assert out["prepared"]["endpoint"] == {"url": "http://127.0.0.1:30000", "worker_url": "http://10.0.0.7:30000"}
+    assert out["prepared"]["unit_text"] == "sglang.service.j2 for 0.5.23"
+    assert out["preflight"] == {"checked": ["parse"], "unchecked": []}
+
+
+def test_a_host_in_sync_is_not_checked_again_and_a_given_version_is_not_detected():
+    host = Host(sglang_drift=[IN_SYNC])
+    rendered = []
+    out = compare(host, rendered=rendered, version="0.5.11", worker_url="http://gpu-1.lb:30000")
+    assert not out.get("failed"), out
+    assert host.names() == ["sglang_drift"]
+    assert rendered[0] == ("sglang.service.j2", "0.5.11")
+    assert host.calls[0][1]["command"] == _args.build_intent(SETTINGS, "0.5.11")["command"]
+    assert out["prepared"]["endpoint"]["worker_url"] == "http://gpu-1.lb:30000"
+    assert out["prepared"]["version_source"] == "sglang_version" and "preflight" not in out
+
+
+def test_preflight_false_never_checks_the_arguments():
+    host = Host(sglang_drift=[DRIFTED])
+    assert not compare(host, version="0.5.23", preflight=False).get("failed")
+    assert host.names() == ["sglang_drift"]
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"sglang_speculative_draft_window_size": 8}, "sglang_speculative_draft_window_size (8) must be >="),
+    ({"sglang_tp_size": -2}, "sglang_tp_size must be a positive integer"),
+    ({"sglang_extra_args": {"mem-fraction-static": 0.8}}, "is not a --flag"),
+])
+def test_invalid_settings_fail_before_the_host_is_asked_anything(over, message):
+    host = Host()
+    rendered = []
+    out = compare(host, settings=dict(SETTINGS, **over), rendered=rendered)
+    assert out["failed"] and message in out["msg"] and out["step"] == "validate", out
+    assert host.calls == [] and rendered == []
+
+
+def test_no_sglang_on_the_host_stops_before_the_comparison():
+    host = Host(sglang_preflight=[{"failed": True, "msg": "cannot tell which SGLang /opt/x has"}])
+    out = compare(host)
+    assert out["failed"] and out["step"] == "version" and "cannot tell which SGLang" in out["msg"], out
+    assert host.names() == ["sglang_preflight"]
+
+
+def test_a_version_without_the_intended_settings_fails_naming_it_before_the_comparison():
+    host = Host(sglang_preflight=[{"changed": False, "version": "0.5.10", "version_source": "metadata"}])
+    out = compare(host)
+    assert out["failed"] and out["step"] == "intent" and "0.5.11" in out["msg"], out
+    assert host.names() == ["sglang_preflight"]
+
+
+def test_arguments_the_hosts_sglang_rejects_fail_the_host_after_the_comparison():
+    host = Host(sglang_preflight=[{"version": "0.5.23"},
+                                  {"failed": True, "msg": "SGLang 0.5.23 (/opt/x) rejects the intended arguments"}],
+                sglang_drift=[DRIFTED])
+    out = compare(host)
+    assert out["failed"] and out["step"] == "preflight" and "rejects the intended arguments" in out["msg"], out
+    assert out["verdict"] == "drifted" and "unreachable" not in out  # the comparison stays in the result
+
+
+def test_a_lost_host_is_unreachable_and_nothing_follows():
+    host = Host(sglang_drift=[{"unreachable": True, "msg": "ssh: connect to host refused"}])
+    out = compare(host, version="0.5.23")
+    assert out["unreachable"] and out["failed"] and out["step"] == "drift", out
+    assert host.names() == ["sglang_drift"]
+
+
+def test_the_api_key_goes_to_the_drift_check_and_nowhere_in_the_result():
+    host = Host(sglang_drift=[IN_SYNC])
+    secret = [{"path": "/etc/sglang/sglang.yaml", "content": "api-key: k3y-s3cret\n", "mode": "0640"}]
+    out = compare(host, settings=dict(SETTINGS, sglang_api_key="k3y-s3cret"), version="0.5.23",
+                  secret_files=secret)
+    drift_args = host.calls[0][1]
+    assert drift_args["api_key"] == "k3y-s3cret" and drift_args["secret_files"] == secret
+    assert "k3y-s3cret" not in repr(out)
+    assert "--api-key" not in drift_args["command"]
+
+
+def test_settings_without_the_roles_keys_are_refused():
+    settings = dict(SETTINGS)
+    del settings["sglang_python"]
+    with pytest.raises(Exception, match="settings lack sglang_python"):
+        compare(Host(), settings=settings)
