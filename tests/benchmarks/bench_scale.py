@@ -14,6 +14,11 @@ of this lab's masters before and after the run). Per batch: the CPU the run spen
 batch's start and the next play's start (bench_times callback: ansible-playbook's own os.times,
 children included once reaped), divided by the batch's hosts.
 
+Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_interval 0.02) and
+forks = the largest batch (at least 10), as README recommends for real fleets. Baseline in the same
+session (--baseline first|all|none): the rollout back with Ansible's default internal_poll_interval
+(0.001 s), at the first size by default.
+
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
 better (the per-host figure flat or falling as the fleet grows).
@@ -21,11 +26,12 @@ better (the per-host figure flat or falling as the fleet grows).
 A size whose lab does not boot, or whose rollout fails, ends the series; where and why is printed.
 
 Usage: .venv/bin/python tests/benchmarks/bench_scale.py [--sizes 8,16,32,64] [--load 4] [--settle 2]
-       [--tp 1] [--import-seconds 4] [--forks N]
+       [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none]
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -44,6 +50,20 @@ def mem_available_gib() -> float:
 def cpu_at(run, moment):
     """ansible-playbook's CPU (children reaped so far included) at the first event from `moment` on."""
     return next((e["cpu"] + e["cpu_children"] for e in run.events if e["t"] >= moment), None)
+
+
+def default_poll_config() -> str:
+    """This checkout's ansible.cfg with Ansible's own internal_poll_interval (0.001 s): the baseline."""
+    text = (bl.REPO / "ansible.cfg").read_text().replace("./", str(bl.REPO) + "/")
+    lines = [line for line in text.splitlines() if not line.startswith("internal_poll_interval")]
+    path = bl.BUILD / "ansible-default-poll.cfg"
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def forks_for(size, args) -> int:
+    """ansible forks: --forks, else the largest batch (25 % of the hosts, as README recommends), at least 10."""
+    return args.forks or max(10, math.ceil(size * 0.25))
 
 
 def measure(size, args, env) -> dict:
@@ -84,16 +104,26 @@ def measure(size, args, env) -> dict:
         first_cpu = plays[0]["cpu"] + plays[0]["cpu_children"]
         at_apply = next(e for e in run.events if e["t"] >= raw[0]["start"])
         prepare_cpu = at_apply["cpu"] + at_apply["cpu_children"] - first_cpu
-    return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user,
+    baseline = None
+    if args.baseline and run.rc == 0:
+        # The same rollout back, with Ansible's default internal_poll_interval: side by side, same hosts.
+        window_back = bl.next_window()
+        bl.write_group_vars(bl.server_settings(window_back, **settings))
+        bl.log(f"P5 {size} hosts: baseline rollout {window_to} -> {window_back} (internal_poll_interval 0.001)")
+        back = bl.rollout(env=dict(env, ANSIBLE_CONFIG=default_poll_config()))
+        bl.set_fleet_window(window_back if back.rc == 0 else None)
+        baseline = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
+    return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user, "baseline": baseline,
             "cpu_sys": run.cpu_sys, "ssh_masters": bl.master_delta(masters_before, masters_after),
             "batches": batches, "restarted": restarted, "unreachable": unreachable, "failed": failed,
             "prepare_wall": prepare_wall, "prepare_cpu": prepare_cpu, "mem_before": mem_before,
             "tail": run.tail(30) if run.rc != 0 else ""}
 
 
-def report(results, stop_reason, args, forks):
+def report(results, stop_reason, args):
     print(f"### P5 scale (tp {args.tp}, load {args.load:g} s + import {args.import_seconds:g} s, settle {args.settle:g} s,"
-          f" default batches, router, ansible forks {forks})\n")
+          f" default batches, router, ansible forks: {args.forks or 'the largest batch, at least 10'},"
+          f" this checkout's ansible.cfg: internal_poll_interval 0.02, pipelining)\n")
     rows = []
     base = None
     for r in results:
@@ -106,7 +136,7 @@ def report(results, stop_reason, args, forks):
         growth_wall = (r["wall"] / base["wall"]) / (r["size"] / base["size"])
         growth_cpu = per_host / (base["cpu"] / base["size"])
         per_batch = [b["cpu_per_host"] for b in r["batches"] if b["cpu_per_host"] is not None]
-        rows.append([r["size"], len(r["batches"]), f"{r['wall']:.1f}", f"{growth_wall:.2f}",
+        rows.append([f"{r['size']} (forks {r.get('forks')})", len(r["batches"]), f"{r['wall']:.1f}", f"{growth_wall:.2f}",
                      f"{r['cpu']:.1f} ({r['cpu_user']:.1f} user + {r['cpu_sys']:.1f} sys)",
                      f"{r['ssh_masters']:.1f}", f"{per_host:.3f} ({(r['cpu'] + r['ssh_masters']) / r['size']:.3f})",
                      f"{growth_cpu:.2f}",
@@ -126,6 +156,11 @@ def report(results, stop_reason, args, forks):
                   + ", ".join(f"{b['hosts']}: {b['wall']:.1f}" for b in r["batches"])
                   + f"; CPU / (hosts x batches) {r['cpu'] / r['size'] / len(r['batches']):.3f} s"
                   + f"; MemAvailable before the rollout {r['mem_before']:.1f} GiB")
+        if r.get("baseline"):
+            b = r["baseline"]
+            print(f"- {r['size']} hosts, baseline in the same session (the rollout back, Ansible's default "
+                  f"internal_poll_interval 0.001): rc {b['rc']}, wall {b['wall']:.1f} s, controller CPU {b['cpu']:.1f} s "
+                  f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with 0.02)")
         if r.get("tail"):
             print(f"\n  {r['size']} hosts: output tail:\n```\n{r['tail']}\n```")
     if stop_reason:
@@ -155,10 +190,11 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=2.0)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--import-seconds", type=float, default=4.0)
-    parser.add_argument("--forks", type=int, help="ANSIBLE_FORKS (default: ansible.cfg's)")
+    parser.add_argument("--forks", type=int, help="ANSIBLE_FORKS (default: the largest batch, at least 10)")
+    parser.add_argument("--baseline", default="first", choices=["first", "all", "none"],
+                        help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
+                             "size (default), every size, or none")
     args = parser.parse_args()
-    env = {"ANSIBLE_FORKS": str(args.forks)} if args.forks else {}
-    forks = args.forks or "10 (ansible.cfg)"
     results, stop_reason = [], None
     for size in [int(s) for s in args.sizes.split(",") if s]:
         bl.log(f"P5: lab to {size} hosts (MemAvailable {mem_available_gib():.1f} GiB)")
@@ -167,12 +203,16 @@ def main() -> int:
             stop_reason = (f"the lab could not boot {size} hosts (MemAvailable {mem_available_gib():.1f} GiB, "
                            f"load {os.getloadavg()[0]:.1f}); lab.py said:\n```\n{out[-2500:]}\n```")
             break
-        result = measure(size, args, env)
+        env = {"ANSIBLE_FORKS": str(forks_for(size, args))}
+        run_args = argparse.Namespace(**vars(args))
+        run_args.baseline = args.baseline == "all" or (args.baseline == "first" and not results)
+        result = measure(size, run_args, env)
+        result["forks"] = forks_for(size, args)
         results.append(result)
         if result.get("error") or result.get("rc"):
             stop_reason = f"at {size} hosts the rollout did not complete: {result.get('error') or 'rc %s' % result['rc']}"
             break
-    report(results, stop_reason, args, forks)
+    report(results, stop_reason, args)
     return 0
 
 
