@@ -4,7 +4,7 @@
 """A small closed-loop benchmark of SGLang's /generate: N requests at a fixed concurrency.
 
 Private to this collection: no compatibility promise. Stdlib threads; the request function is
-injected (the module passes one built on ``ansible.module_utils.urls``), so the statistics and
+injected (the module passes one built on the collection's HTTP client, _http), so the statistics and
 the scheduling are tested without a server.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Take an SGLang worker out of a real ``sglang-router`` (and put it back), draining it in between.
 
-Private to this collection: no compatibility promise. Stdlib plus ``ansible.module_utils.urls``.
+Private to this collection: no compatibility promise. Stdlib only (HTTP through _http).
 
 What sglang-router 0.3.2 offers (measured against the real binary):
 

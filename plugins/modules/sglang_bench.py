@@ -173,7 +173,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._http import Ht
 
 
 def make_sender(params, client=None):
-    """A send(prompt) -> Sample over the collection's HTTP client (open_url), one request each."""
+    """A send(prompt) -> Sample over the collection's HTTP client (_http), one request each."""
     client = client or HttpClient(params["url"], params.get("api_key"), params["validate_certs"])
 
     def send(prompt):

@@ -9,8 +9,6 @@ from urllib.error import HTTPError, URLError
 
 import pytest
 
-from ansible.module_utils import urls
-
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http as http
 
 
@@ -27,45 +25,60 @@ class FakeResp(object):
     def getcode(self):
         return self.code
 
+    def close(self):
+        pass
+
 
 @pytest.fixture
 def open_url(monkeypatch):
-    """Patches ansible.module_utils.urls.Request.open and make_context (imported at call time)."""
+    """Replaces the urllib opener (http._build_opener) with one that records each request."""
     calls = []
     outcomes = []
-    contexts = []
+    built = []
 
-    def fake(self, method, url, **kwargs):
-        calls.append((url, dict(kwargs, method=method, context=self.context)))
-        if not outcomes:
-            return FakeResp(200, b"{}")
-        outcome = outcomes.pop(0)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
+    class Opener(object):
+        def __init__(self, validate_certs, https):
+            self.key = (validate_certs, https)
 
-    def make_context(**kwargs):
-        contexts.append(kwargs)
-        return "context-%d" % len(contexts)
-    monkeypatch.setattr(urls.Request, "open", fake)
-    monkeypatch.setattr(urls, "make_context", make_context)
-    monkeypatch.setattr(http, "_CONTEXTS", {})
-    fake.calls = calls
-    fake.outcomes = outcomes
-    fake.contexts = contexts
+        def open(self, request, timeout):
+            calls.append((request.full_url, dict(method=request.get_method(), data=request.data, timeout=timeout,
+                                                 headers=dict(request.header_items()), opener=self.key)))
+            if not outcomes:
+                return FakeResp(200, b"{}")
+            outcome = outcomes.pop(0)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+    def build(validate_certs, https):
+        built.append((validate_certs, https))
+        return Opener(validate_certs, https)
+    monkeypatch.setattr(http, "_build_opener", build)
+    monkeypatch.setattr(http, "_OPENERS", {})
+    fake = type("OpenUrl", (), {})()
+    fake.calls, fake.outcomes, fake.built = calls, outcomes, built
     return fake
 
 
-def test_one_ssl_context_per_process_not_one_per_request(open_url):
+def test_one_opener_per_process_not_one_per_request(open_url):
     for dummy in range(3):  # a transport per router call, as an action plugin makes them
         transport = http.open_url_transport(validate_certs=False)
         for dummy in range(5):
             transport("GET", "http://h:1/health", None, {}, 1)
-    assert open_url.contexts == [{"validate_certs": False}]
-    assert {kwargs["context"] for dummy, kwargs in open_url.calls} == {"context-1"}
+    assert open_url.built == [(False, False)]
     http.open_url_transport(validate_certs=True)("GET", "https://h:1/health", None, {}, 1)
-    assert open_url.contexts == [{"validate_certs": False}, {"validate_certs": True}]
-    assert open_url.calls[-1][1]["context"] == "context-2"
+    http.open_url_transport(validate_certs=True)("GET", "HTTPS://h:1/health", None, {}, 1)
+    assert open_url.built == [(False, False), (True, True)]
+    assert open_url.calls[-1][1]["opener"] == (True, True)
+
+
+def test_the_real_opener_checks_certificates_unless_told_not_to():
+    import urllib.request
+    for validate, mode, hostname in ((True, ssl.CERT_REQUIRED, True), (False, ssl.CERT_NONE, False)):
+        opener = http._build_opener(validate, True)
+        https = [h for h in opener.handlers if isinstance(h, urllib.request.HTTPSHandler)]
+        assert len(https) == 1 and https[0]._context.verify_mode == mode
+        assert https[0]._context.check_hostname is hostname
 
 
 # --------------------------------------------------------------------------- Response
@@ -113,9 +126,9 @@ def test_post_sends_json_bearer_key_and_timeout(open_url):
     assert url == "http://127.0.0.1:30000/generate"
     assert kwargs["method"] == "POST" and kwargs["timeout"] == 2.5
     assert kwargs["headers"] == {"Accept": "application/json", "Authorization": "Bearer sekret",
-                                 "Content-Type": "application/json"}
+                                 "Content-type": "application/json", "User-agent": "gpufleet.inference"}
     assert json.loads(kwargs["data"]) == {"text": "hi"}
-    assert kwargs["validate_certs"] is False and kwargs["follow_redirects"] == "none"
+    assert kwargs["opener"] == (False, False)
     # the key is never part of what a Response carries
     assert "sekret" not in repr(vars(resp))
 
@@ -126,8 +139,8 @@ def test_get_without_key_has_no_authorization_and_no_body(open_url):
     client.delete("/workers/x")
     (url, get_kwargs), (durl, del_kwargs) = open_url.calls
     assert get_kwargs["method"] == "GET" and get_kwargs["data"] is None and get_kwargs["timeout"] == 7
-    assert "Authorization" not in get_kwargs["headers"] and "Content-Type" not in get_kwargs["headers"]
-    assert get_kwargs["validate_certs"] is True
+    assert "Authorization" not in get_kwargs["headers"] and "Content-type" not in get_kwargs["headers"]
+    assert get_kwargs["opener"] == (True, False)
     assert (durl, del_kwargs["method"]) == ("http://h:1/workers/x", "DELETE")
 
 
@@ -202,3 +215,74 @@ def test_auth_headers():
     assert http.auth_headers() == {"Accept": "application/json"}
     assert http.auth_headers("") == {"Accept": "application/json"}
     assert http.auth_headers("k")["Authorization"] == "Bearer k"
+
+
+# --------------------------------------------------------------------------- a real server (no fakes)
+
+@pytest.fixture
+def server():
+    """A real HTTP server on loopback: /ok echoes the JSON body and headers, /moved redirects,
+    /busy answers 503, /slow answers after 2 s."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def _answer(self, status, body, headers=()):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            for name, value in headers:
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            sent = json.loads(self.rfile.read(length) or b"null")
+            self.do_GET(sent)
+
+        def do_GET(self, sent=None):
+            if self.path == "/ok":
+                self._answer(200, {"sent": sent, "auth": self.headers.get("Authorization"),
+                                   "agent": self.headers.get("User-Agent"), "method": self.command})
+            elif self.path == "/moved":
+                self._answer(302, {"moved": True}, [("Location", "/ok")])
+            elif self.path == "/busy":
+                self._answer(503, {"error": "loading"})
+            elif self.path == "/slow":
+                time.sleep(2)
+                self._answer(200, {})
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield "http://127.0.0.1:%d" % httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def test_real_exchanges_answers_redirects_errors_timeouts_and_refusals(server, monkeypatch):
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    client = http.HttpClient(server, "sekret", timeout=5)
+    ok = client.post("/ok", {"text": "hi"})
+    assert (ok.kind, ok.status) == (http.HTTP, 200)
+    assert ok.json() == {"sent": {"text": "hi"}, "auth": "Bearer sekret", "agent": "gpufleet.inference",
+                         "method": "POST"}
+    moved = client.get("/moved")  # never followed: the 302 is the answer
+    assert (moved.kind, moved.status, moved.json()) == (http.HTTP, 302, {"moved": True})
+    busy = client.get("/busy")
+    assert (busy.kind, busy.status, busy.json()) == (http.HTTP, 503, {"error": "loading"})
+    slow = client.get("/slow", timeout=0.3)
+    assert slow.kind == http.TIMEOUT and slow.port_open
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    closed = sock.getsockname()[1]
+    sock.close()
+    refused = http.HttpClient("http://127.0.0.1:%d" % closed).get("/ok", timeout=2)
+    assert refused.kind == http.REFUSED and not refused.port_open
