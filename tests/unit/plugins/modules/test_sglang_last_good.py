@@ -228,6 +228,10 @@ def running(monkeypatch):
     import sys
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "--window", "1024"],
                              env={"SGLANG_SIM_LOAD_SECONDS": "2", "OLD_ONLY": "x", "INVOCATION_ID": "abc", "HOME": "/root"})
+    import time
+    deadline = time.monotonic() + 10  # until the child has exec'd (before, /proc shows the forked parent)
+    while b"--window" not in open("/proc/%d/cmdline" % child.pid, "rb").read() and time.monotonic() < deadline:
+        time.sleep(0.01)
     calls = []
 
     def run_command(self, argv, **kwargs):
