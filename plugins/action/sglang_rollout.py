@@ -149,7 +149,7 @@ class ActionModule(ActionBase):
         if failed or lost:
             return {"apply": [], "failed_hosts": failed, "lost_hosts": lost, "prebuilt": [],
                     "msg": "the prepare phase failed on %s: no host is changed" % ", ".join(failed + lost)}
-        prebuilt = self._prebuild(task_vars) if apply else []
+        prebuilt = self._prebuild(task_vars) if apply and not self._task.check_mode else []
         return {"apply": apply, "failed_hosts": [], "lost_hosts": [], "prebuilt": prebuilt,
                 "msg": "%d host(s) to change: %s" % (len(apply), ", ".join(apply) or "none")}
 
