@@ -251,6 +251,24 @@ def nspawn_alive(meta: dict, proc: subprocess.Popen | None = None) -> bool:
     return argv0.endswith(b"systemd-nspawn")
 
 
+def namespace_members(namespaces: set[str]) -> list[int]:
+    """Live processes (not zombies) in any of the PID namespaces `namespaces` (/proc/PID/ns/pid links)."""
+    found = []
+    if not namespaces:
+        return found
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "ns" / "pid") not in namespaces:
+                continue
+        except OSError:
+            continue
+        if process_start(int(entry.name)) is not None:
+            found.append(int(entry.name))
+    return found
+
+
 def children(pid: int) -> list[int]:
     found = []
     for entry in PROC.iterdir():
@@ -561,11 +579,18 @@ def stop_host(meta: dict, proc: subprocess.Popen | None = None, timeout: float =
             log(f"{meta['name']}: no poweroff after {timeout:.0f} s, killing it")
             # nspawn's child is the container's PID 1: killing it ends its whole PID namespace,
             # which nspawn's own process group does not hold.
+            namespaces = set()
             for child in children(pid):
+                try:
+                    namespaces.add(os.readlink(PROC / str(child) / "ns" / "pid"))
+                except OSError:
+                    pass
                 signal_pid(child, signal.SIGKILL)
             signal_pid(pid, signal.SIGKILL, group=True)
+            # The kernel kills the rest of the namespace after its PID 1 (sshd, the server...): wait until
+            # none is left, or the host's address and port are still held when this returns.
             deadline = time.monotonic() + 10
-            while nspawn_alive(meta, proc) and time.monotonic() < deadline:
+            while (nspawn_alive(meta, proc) or namespace_members(namespaces)) and time.monotonic() < deadline:
                 time.sleep(0.2)
     remove_host_dir(Path(meta["dir"]))
     remove_host_cgroups(meta["name"])

@@ -220,3 +220,15 @@ def test_sigterm_unwinds_like_ctrl_c_once():
 def test_hosts_up_to_64(monkeypatch, capsys):
     assert lab.main(["up", "--hosts", "65", "--name", "gpfu"]) == 1
     assert "HOSTS must be between 1 and 64" in capsys.readouterr().err
+
+
+def test_a_killed_hosts_namespace_counts_until_its_last_live_process_is_gone(fake_proc):
+    # After its PID 1 is killed the kernel kills the rest of the namespace asynchronously: an sshd
+    # still alive holds the host's address and port, so a stop waits for it.
+    for pid, state, ns in ((10, "S", "pid:[4026531001]"), (11, "Z", "pid:[4026531001]"), (12, "S", "pid:[4026531002]")):
+        fake_process(fake_proc, pid, state=state)
+        (fake_proc / str(pid) / "ns").mkdir()
+        os.symlink(ns, fake_proc / str(pid) / "ns" / "pid")
+    assert lab.namespace_members({"pid:[4026531001]"}) == [10]  # the zombie is not counted
+    assert sorted(lab.namespace_members({"pid:[4026531001]", "pid:[4026531002]"})) == [10, 12]
+    assert lab.namespace_members(set()) == [] and lab.namespace_members({"pid:[1]"}) == []
