@@ -140,10 +140,9 @@ class ActionModule(ActionBase):
             result["preflight"] = dict((key, checked.get(key)) for key in ("checked", "unchecked", "msg")
                                        if key in checked)
             if checked.get("failed"):
-                result.update(failed=True, msg=checked.get("msg"), step="preflight",
-                              unreachable=checked.get("unreachable", False))
-                if not result["unreachable"]:
-                    result.pop("unreachable")
+                result.update(failed=True, msg=checked.get("msg"), step="preflight")
+                if checked.get("unreachable"):
+                    result["unreachable"] = True
                 return result
         result["changed"] = False
         return result

@@ -167,3 +167,10 @@ def test_settings_without_the_roles_keys_are_refused():
     del settings["sglang_python"]
     with pytest.raises(Exception, match="settings lack sglang_python"):
         compare(Host(), settings=settings)
+
+
+def test_a_host_lost_during_the_argument_check_is_unreachable():
+    host = Host(sglang_preflight=[{"unreachable": True, "msg": "ssh: connection reset"}], sglang_drift=[DRIFTED])
+    out = compare(host, version="0.5.23")
+    assert out["failed"] and out["unreachable"] and out["step"] == "preflight", out
+    assert host.names() == ["sglang_drift", "sglang_preflight"]
