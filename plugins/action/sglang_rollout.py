@@ -217,7 +217,7 @@ class ActionModule(ActionBase):
         root = os.path.dirname(run["run_dir"])
         with ro.RootLock(root):
             meta, records = ro.write_summary(run)
-            stopped = [r for r in records if r.get("status") in ("failed", "verified, not rejoined", "reverted")]
+            stopped = [r for r in records if r.get("status") in ro.STOPPED_STATUSES]
             pending = [r["host"] for r in records if r.get("status") in ("pending", "in progress")]
             # A host lost mid-change is in a state nobody knows: the run keeps the fleet's lock, so
             # the same command resumes it (and no other rollout starts beside an unknown host).

@@ -210,7 +210,9 @@ class ActionModule(ActionBase):
         self._record("verified", drift=drift, verified=verified)
         rejoined_at = None
         if self._use_router:
-            self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id"))
+            self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id")
+                      if verified.get("verdict") != _records.NOT_VERIFIED else
+                      "not verified (sglang_verify is off); putting it back into the router")
             self._rejoin()
             rejoined_at = ro.iso()
         saved, error = self._save_last_good(args, verified)
@@ -274,7 +276,12 @@ class ActionModule(ActionBase):
             running = self._wait(VERIFY, wait)
             if running.get("failed"):
                 raise StepFailed(VERIFY, running)
-        return _records.verification([ready, running, dict(drift, host=self._host)])
+        verified = _records.verification([ready, running, dict(drift, host=self._host)])
+        if verified.get("verdict") == _records.NOT_VERIFIED:
+            # Nothing saw the process that runs now: its invocation is unknown, and whether it is new is
+            # what this step did (a restart or a start), not a comparison of invocations.
+            verified = dict(verified, invocation_id=None, restarted=started is not None)
+        return verified
 
     def _rejoin(self):
         retries = self._router_args["rejoin_retries"]
@@ -289,6 +296,9 @@ class ActionModule(ActionBase):
         raise StepFailed(REJOIN, rejoined)
 
     def _save_last_good(self, args, verified):
+        """Keep the unit as last-known-good, only when its process was verified (a revert brings it back)."""
+        if verified.get("verdict") == _records.NOT_VERIFIED:
+            return None, None
         last_good = args["last_good"]
         record = dict(invocation_id=verified.get("invocation_id"), observed=verified.get("observed"),
                       source=verified.get("source"), version=args.get("version"), intent=args["intent"])

@@ -31,6 +31,10 @@ def verified_from_drift(drift):
     }
 
 
+# The verdict of a restart or a running process that nothing verified (sglang_verify off).
+NOT_VERIFIED = "not_verified"
+
+
 def verification(results):
     """[the restart's wait, the no-restart verification, the drift check] -> the one that verified:
     the first that ran (not skipped, not absent), else the drift check's in-sync verification."""
@@ -41,7 +45,7 @@ def verification(results):
             return result
     if drift.get("in_sync") and drift.get("receipt"):
         return verified_from_drift(drift)
-    return {"verdict": "not_verified", "verified": False, "invocation_id": drift.get("invocation_id"),
+    return {"verdict": NOT_VERIFIED, "verified": False, "invocation_id": drift.get("invocation_id"),
             "observed": drift.get("observed"), "source": None, "phases": {}, "elapsed": 0.0,
             "msg": "%s: not verified (sglang_verify is off, or the verification was skipped); drift check: %s" % (
                 drift.get("host"), drift.get("verdict"))}

@@ -29,6 +29,7 @@ import secrets
 import socket
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _files
+from ansible_collections.gpufleet.inference.plugins.module_utils._records import NOT_VERIFIED
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -239,10 +240,14 @@ STEPS = {
     "verified": (False, "the new unit, verified", "verified, not rejoined"),
     "rejoined": (True, "the new unit, verified", "updated"),
 }
-DONE_STATUSES = ("updated", "recovered", "unchanged (verified)", "reverted")
+DONE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
+                 "unchanged (not verified)", "reverted")
+# A host at one of these stopped the rollout (the run fails).
+STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted")
 
-STATUS_ORDER = ("failed", "verified, not rejoined", "interrupted", "in progress", "reverted", "updated",
-                "recovered", "unchanged (verified)", "would change", "in sync")
+STATUS_ORDER = ("failed", "verified, not rejoined", "not verified, not rejoined", "interrupted", "in progress",
+                "reverted", "updated", "updated (not verified)", "recovered", "unchanged (verified)",
+                "unchanged (not verified)", "would change", "in sync")
 
 
 def summarize(run, records):
@@ -335,15 +340,23 @@ def build_record(host, step, args, run):
             status = "recovered"
         record.update(step=step, status=status, in_router=in_router, runs=runs)
         verified = args.get("verified") or {}
+        unverified = verified.get("verdict") == NOT_VERIFIED  # sglang_verify off: nothing saw the process
         if step in ("verified", "rejoined") and verified:
-            restarted = verified.get("invocation_id") != drift.get("invocation_id")
+            if unverified:  # the step restarted or started the unit, or not; its invocation is unknown
+                restarted = bool(verified.get("restarted"))
+            else:
+                restarted = verified.get("invocation_id") != drift.get("invocation_id")
             record.update(new_invocation=verified.get("invocation_id"), observed=verified.get("observed"),
                           config_line_mode=verified.get("config_line_mode"), source=verified.get("source"),
                           verified=verified.get("verified"), restarted=restarted,
                           time_to_ready=(verified.get("phases") or {}).get("generate", {}).get("elapsed")
                           if restarted else None,
                           settle_seconds=args.get("min_ready_seconds"), verify_msg=verified.get("msg"))
-            if step == "rejoined" and not restarted and status == "updated":
+            if step == "verified" and unverified:
+                record["status"] = "not verified, not rejoined"
+            elif step == "rejoined" and unverified:
+                record["status"] = "updated (not verified)" if restarted else "unchanged (not verified)"
+            elif step == "rejoined" and not restarted and status == "updated":
                 record["status"] = "recovered" if args.get("recovering") else "unchanged (verified)"
         if args.get("drained") is not None:
             record["drained_seconds"] = (args.get("drained") or {}).get("drain_seconds")
@@ -352,6 +365,9 @@ def build_record(host, step, args, run):
                 record["rejoined_at"] = args["rejoined_at"]  # back in the router (the step is written after the save)
             saved = args.get("last_good") or {}
             record["last_good_saved"] = bool(saved.get("exists")) and not args.get("last_good_error")
+            if unverified:
+                record["last_good_note"] = ("not saved: the new process was not verified (sglang_verify is off); "
+                                            "the last-known-good unit is still the one from before")
             if args.get("last_good_error"):
                 record["last_good_error"] = args["last_good_error"]
         return record

@@ -120,7 +120,10 @@ options:
     type: dict
     required: true
   verify:
-    description: Wait for and verify the new process (the role's C(sglang_verify)).
+    description:
+      - Wait for and verify the new process (the role's C(sglang_verify)).
+      - V(false) restarts without waiting; the record then says V(updated (not verified\)), and the unit does not
+        become last-known-good.
     type: bool
     default: true
 seealso:
@@ -143,8 +146,11 @@ EXAMPLES = r"""
 RETURN = r"""
 record:
   description:
-    - The host's record after its last step; its C(status) is V(updated), V(recovered), V(unchanged (verified)),
+    - The host's record after its last step; its C(status) is V(updated), V(recovered), V(unchanged (verified\)),
       V(reverted), V(failed) or V(verified, not rejoined).
+    - With O(verify=false) nothing sees the new process, so the status is V(updated (not verified\)) (the unit
+      was restarted or started) or V(unchanged (not verified\)), C(new_invocation) is unknown (null) and the unit
+      is not kept as last-known-good (C(last_good_note) says so).
   returned: always
   type: dict
 verified:

@@ -708,6 +708,44 @@ def test_unit_installed_without_its_restart_is_restarted_not_reported_as_a_misma
         assert_untouched(after[host["name"]])
 
 
+def test_a_rollout_with_verification_off_never_records_an_unverified_restart_as_verified(
+        rollout_fleet, lab, lab_hosts, need_router, tmp_path):
+    """sglang_verify false (found on the lab): a restarted host was recorded "unchanged (verified)" with
+    the OLD invocation, and its unverified unit was kept as last-known-good - a revert would have
+    brought it back as good. Now: "updated (not verified)", no invocation claimed, last-known-good
+    still the unit that ran before (adopted at the first change)."""
+    inv, deploy = rollout_fleet
+    hosts, rest = lab_hosts[:1], lab_hosts[1:]
+    (canary,) = hosts
+    before = deploy(hosts)[canary["name"]]
+    inv.set_vars(sglang_speculative_draft_window_size=NEW, sglang_verify=False)
+    results = tmp_path / "results"
+    run = finished(rollout(inv, results, hosts))
+    assert run.rc == 0, run
+    name = re.escape(canary["name"])
+    assert re.search(rf"sglang_rollout \| {name}: \[ *[0-9.]+s\] not verified \(sglang_verify is off\)", run.out), run
+    assert not re.search(rf"sglang_rollout \| {name}: \[ *[0-9.]+s\] verified invocation", run.out), run
+    records = Records(results)
+    run_id = records.only_run()
+    record = assert_records_consistent(records, run_id)[canary["name"]]
+    assert record["status"] == "updated (not verified)", record
+    assert record["restarted"] is True and record["verified"] is False and record["new_invocation"] is None, record
+    assert record["last_good_saved"] is False and "not verified" in record["last_good_note"], record
+    assert records.run(run_id)["status"] == "finished" and records.lock() is None
+    # What the host runs is checked here, through the container: the restart did happen.
+
+    def serving_new():
+        now = fleet_state(lab, hosts, need_router)[canary["name"]]
+        return now if now["serving"] and now["logged_window"] == NEW else None
+    state = wait_for(serving_new, 120, what="the new process serving")
+    assert_runs(state, NEW, in_router=True)
+    assert state["invocation"] != before["invocation"]
+    assert_last_good(state, before["invocation"], OLD)  # the unit that ran before, not the unverified one
+    after = fleet_state(lab, lab_hosts, need_router)
+    for host in rest:
+        assert_untouched(after[host["name"]])
+
+
 def write_playbook(tmp_path, text):
     path = tmp_path / "playbook.yml"
     path.write_text(text)

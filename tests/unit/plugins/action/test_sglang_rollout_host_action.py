@@ -250,3 +250,31 @@ def test_a_refused_capacity_check_fails_the_host_before_it_leaves_the_router(tmp
                     capacity={"changed": False, "remaining": 3, "required": 3},
                     the_drift=drift(changed_files=[], in_sync=True))
     assert not ok.get("failed")
+
+
+def test_with_verification_off_a_restarted_host_is_recorded_as_updated_not_verified_and_not_kept_as_last_good(
+        tmp_path, shown, monkeypatch):
+    """sglang_verify false: nothing saw the new process. The record must not say it was verified or
+    unchanged, and its unit must not become last-known-good (a revert would bring it back as good)."""
+    host = Host(sglang_unit_files=[{"changed": True}],
+                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, verify=False)
+    assert not result.get("failed") and result["changed"] is True, result
+    assert host.names() == ["sglang_unit_files", "systemd_service"]  # no wait, no last-known-good saved
+    assert record["status"] == "updated (not verified)"
+    assert record["restarted"] is True and record["verified"] is False and record["new_invocation"] is None
+    assert record["last_good_saved"] is False and "not verified" in record["last_good_note"]
+    assert [s["step"] for s in record["steps"]] == ["prepared", "draining", "applying", "verified", "rejoined"]
+    assert any("not verified (sglang_verify is off)" in line for line in shown.lines)
+    assert not any("verified invocation" in line for line in shown.lines)
+
+
+def test_with_verification_off_a_host_that_needed_no_restart_is_unchanged_not_verified(tmp_path, shown, monkeypatch):
+    host = Host()
+    router = Router()
+    result, record = act(tmp_path, host, router, the_drift=drift(changed_files=[], in_sync=False), router_url="",
+                         monkeypatch=monkeypatch, verify=False)
+    assert not result.get("failed") and host.calls == []
+    assert record["status"] == "unchanged (not verified)" and record["restarted"] is False
+    assert record["verified"] is False and record["last_good_saved"] is False

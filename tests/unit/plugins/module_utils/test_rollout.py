@@ -161,3 +161,25 @@ def test_table_one_line_per_host():
     assert lines[1].startswith("gpu-1") and lines[1].rstrip().endswith("off")
     assert "aaaaaaaa -> bbbbbbbb" in lines[2] and "312.5s" in lines[2]
     assert "draft_window_size=2048, block_size=16, compact_cache=True" in lines[2]
+
+
+def test_an_unverified_process_is_never_recorded_as_verified_or_unchanged():
+    """sglang_verify off: the verification is `not_verified` with no invocation; whether the host
+    changed is what the step did (restarted), never a comparison with the OLD invocation."""
+    run = {"run_id": "r1"}
+    drift = {"invocation_id": "aaaa", "in_sync": False}
+    unverified = {"verdict": "not_verified", "verified": False, "invocation_id": None, "restarted": True}
+    at_verified = ro.build_record("gpu-1", "verified", {"drift": drift, "verified": unverified, "router": True}, run)
+    assert at_verified["status"] == "not verified, not rejoined" and at_verified["in_router"] is False
+    assert at_verified["status"] in ro.STOPPED_STATUSES
+    done = ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": unverified, "router": True}, run)
+    assert done["status"] == "updated (not verified)" and done["restarted"] is True and done["verified"] is False
+    assert done["new_invocation"] is None and done["last_good_saved"] is False and "not verified" in done["last_good_note"]
+    assert done["status"] in ro.DONE_STATUSES
+    same = ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": dict(unverified, restarted=False)}, run)
+    assert same["status"] == "unchanged (not verified)" and same["restarted"] is False
+    verified = {"verdict": "pass", "verified": True, "invocation_id": "bbbb", "observed": {}}
+    assert ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": verified}, run)["status"] == "updated"
+    kept = dict(verified, invocation_id="aaaa")
+    assert ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": kept}, run)["status"] == \
+        "unchanged (verified)"
