@@ -241,22 +241,32 @@ class ActionModule(ActionBase):
             self._step(JOURNALD, "gpufleet.inference.sglang_unit_files", dict(files=[journald]))
             self._step(JOURNALD, "ansible.builtin.systemd_service", dict(name="systemd-journald.service",
                                                                          state="restarted"))
-        installed = {}
         unit_files = [f for f in args["files"] if f.get("path") in changed_files]
         secret_files = [f for f in args.get("secret_files") or [] if f.get("path") in changed_files]
-        if unit_files or secret_files:
-            self._say("installing %s" % ", ".join(f["path"] for f in unit_files + secret_files))
-            installed = self._step(INSTALL, "gpufleet.inference.sglang_unit_files",
-                                   dict(files=args["files"], secret_files=args.get("secret_files") or []))
         pending = bool(drift.get("restart_pending")) and drift.get("active_state") == "active"
-        restart = bool(installed.get("changed")) or pending
         started = None
-        if restart:
-            self._say("restarting %s (%s)" % (unit, "the unit or its config file changed" if installed.get("changed")
-                                              else "; ".join(drift.get("restart_reasons") or ["restart pending"])))
+        if unit_files or secret_files:
+            # One run on the host: write what differs, then (when something was written, or a restart was
+            # pending anyway) reload systemd, enable and restart - as the systemd_service step below would.
+            self._say("installing %s" % ", ".join(f["path"] for f in unit_files + secret_files))
+            try:
+                installed = self._step(INSTALL, "gpufleet.inference.sglang_unit_files", dict(
+                    files=args["files"], secret_files=args.get("secret_files") or [],
+                    restart=dict(unit=unit, force=pending)))
+            except StepFailed as failed:
+                if failed.result.get("failed_at") == "restart":  # the files were written: a change
+                    self._changed = True
+                    raise StepFailed(RESTART, failed.result)
+                raise
+            if installed.get("restarted"):
+                self._say("restarted %s (%s)" % (unit, "the unit or its config file changed" if installed.get(
+                    "changed_files") else "; ".join(drift.get("restart_reasons") or ["restart pending"])))
+                started = installed
+        if started is None and pending:
+            self._say("restarting %s (%s)" % (unit, "; ".join(drift.get("restart_reasons") or ["restart pending"])))
             started = self._step(RESTART, "ansible.builtin.systemd_service", dict(
                 name=unit, daemon_reload=True, enabled=True, state="restarted"))
-        elif not drift.get("enabled") or drift.get("active_state") != "active":
+        elif started is None and (not drift.get("enabled") or drift.get("active_state") != "active"):
             self._say("starting %s" % unit)
             started = self._step(START, "ansible.builtin.systemd_service",
                                  dict(name=unit, enabled=True, state="started"))

@@ -21,6 +21,8 @@ HOST = "gpu-1"
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 INTENT = {"expect": {"draft_window_size": 2048}, "config_line": "required", "command": ["python3", "-m", "sglang"],
           "environment": {}}
+# sglang_unit_files with restart: the unit written, then reloaded, enabled and restarted in the same run.
+INSTALLED = {"changed": True, "changed_files": [UNIT_PATH], "restarted": True, "status": {"InvocationID": OLD}}
 PASS = {"verdict": "pass", "verified": True, "invocation_id": NEW, "observed": {"draft_window_size": 2048},
         "source": "journal", "phases": {"generate": {"elapsed": 7.5}}, "msg": "invocation %s is serving" % NEW}
 
@@ -102,18 +104,16 @@ def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080"
 
 
 def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
-                sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     assert not result.get("failed") and result["changed"] is True, result
-    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready", "sglang_last_good"]
-    restart = host.calls[1][1]
-    assert restart == {"name": "sglang.service", "daemon_reload": True, "enabled": True, "state": "restarted"}
-    wait = host.calls[2][1]
+    # install and restart in ONE run on the host (no systemd_service run on the critical path)
+    assert host.names() == ["sglang_unit_files", "sglang_ready", "sglang_last_good"]
+    assert host.calls[0][1]["restart"] == {"unit": "sglang.service", "force": False}
+    wait = host.calls[1][1]
     assert wait["after_invocation"] == OLD and wait["expect"] == INTENT["expect"] and "api_key" not in wait
-    saved = host.calls[3][1]
+    saved = host.calls[2][1]
     assert saved["state"] == "saved" and saved["record"]["invocation_id"] == NEW and saved["record"]["intent"] == INTENT
     assert router.calls == ["absent", "present"]
     assert [s["step"] for s in record["steps"]] == ["prepared", "draining", "applying", "verified", "rejoined"]
@@ -128,18 +128,17 @@ def test_a_change_drains_installs_restarts_waits_rejoins_and_saves_in_that_order
 def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_path, shown, monkeypatch):
     restored = {"changed": True,
                 "record": {"intent": {"expect": {"draft_window_size": 1024}, "config_line": "required"}}}
-    host = Host(sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}, {"changed": True}],
+    host = Host(sglang_unit_files=[INSTALLED], systemd_service=[{"changed": True}],
                 sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
                               dict(PASS, invocation_id="cccc", observed={"draft_window_size": 1024})],
                 sglang_info=[{"invocation_id": NEW}], sglang_last_good=[restored])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     assert result["failed"] is True and result["failed_step"] == action_mod.WAIT
-    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready", "sglang_info", "sglang_last_good",
+    assert host.names() == ["sglang_unit_files", "sglang_ready", "sglang_info", "sglang_last_good",
                             "systemd_service", "sglang_ready"]
-    assert host.calls[4][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
-    revert_wait = host.calls[6][1]
+    assert host.calls[3][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
+    revert_wait = host.calls[5][1]
     assert revert_wait["after_invocation"] == NEW and revert_wait["expect"] == {"draft_window_size": 1024}
     assert router.calls == ["absent", "present"]  # back only once the reverted process was verified
     assert record["status"] == "reverted" and record["failed_task"] == action_mod.WAIT
@@ -148,8 +147,7 @@ def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_pat
 
 
 def test_a_revert_that_fails_leaves_the_host_out_of_the_router(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}, {"changed": True}],
+    host = Host(sglang_unit_files=[INSTALLED], systemd_service=[{"changed": True}],
                 sglang_ready=[{"failed": True, "verdict": "died", "msg": "exited"},
                               {"failed": True, "verdict": "died", "msg": "exited again"}],
                 sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": {}}}])
@@ -177,15 +175,13 @@ def test_a_connection_lost_while_installing_is_recorded_and_nothing_more_is_done
 
 
 def test_a_router_that_refuses_the_rejoin_leaves_a_verified_host_as_it_is(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}],
-                sglang_ready=[PASS])
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS])
     router = Router(present=[{"failed": True, "msg": "Connection refused"}])
     router.answers["present"] = [action_mod.RouterError("router at http://router:30080: Connection refused")]
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     assert result["failed"] and result["failed_step"] == action_mod.REJOIN
     assert router.calls == ["absent", "present", "present"]  # rejoin_retries 1: two attempts
-    assert host.names() == ["sglang_unit_files", "systemd_service", "sglang_ready"]  # not reverted, not saved
+    assert host.names() == ["sglang_unit_files", "sglang_ready"]  # not reverted, not saved
     assert record["status"] == "verified, not rejoined" and record["in_router"] is False and record["reverted"] is False
 
 
@@ -201,12 +197,13 @@ def test_nothing_to_install_verifies_the_running_process_without_a_restart(tmp_p
 
 
 def test_a_first_change_keeps_what_runs_before_touching_the_unit(tmp_path, shown, monkeypatch):
-    host = Host(sglang_last_good=[{"changed": True, "exists": True}], sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}], sglang_ready=[PASS])
+    host = Host(sglang_last_good=[{"changed": True, "exists": True}], sglang_unit_files=[INSTALLED],
+                sglang_ready=[PASS])
     result, record = act(tmp_path, host, Router(), the_drift=drift(last_good={"exists": False}, restart_pending=True),
                          monkeypatch=monkeypatch)
     assert not result.get("failed")
     assert host.names()[:2] == ["sglang_last_good", "sglang_unit_files"]
+    assert host.calls[1][1]["restart"] == {"unit": "sglang.service", "force": True}  # pending: restart regardless
     adopt = host.calls[0][1]
     assert adopt["state"] == "saved" and adopt["from_process"] is True and adopt["record"]["adopted"] is True
 
@@ -220,14 +217,13 @@ def test_a_restart_pending_without_file_changes_restarts(tmp_path, shown, monkey
 
 
 def test_missing_accounts_are_created_before_the_unit_is_installed(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[{"changed": True}], systemd_service=[{"changed": True, "status": {}}],
-                sglang_ready=[PASS])
+    host = Host(sglang_unit_files=[dict(INSTALLED, status={})], sglang_ready=[PASS])
     result, dummy = act(tmp_path, host, Router(), monkeypatch=monkeypatch,
                         the_drift=drift(missing_accounts=["group sglang", "user sglang"], invocation_id=None),
                         accounts={"user": "sglang", "group": "sglang"})
     assert not result.get("failed")
     assert host.names()[:3] == ["group", "user", "sglang_unit_files"]
-    assert host.calls[1][1]["group"] == "sglang" and "after_invocation" not in host.calls[4][1]
+    assert host.calls[1][1]["group"] == "sglang" and "after_invocation" not in host.calls[3][1]
 
 
 def test_bad_arguments_fail_before_anything(tmp_path, shown, monkeypatch):
@@ -256,12 +252,11 @@ def test_with_verification_off_a_restarted_host_is_recorded_as_updated_not_verif
         tmp_path, shown, monkeypatch):
     """sglang_verify false: nothing saw the new process. The record must not say it was verified or
     unchanged, and its unit must not become last-known-good (a revert would bring it back as good)."""
-    host = Host(sglang_unit_files=[{"changed": True}],
-                systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}])
+    host = Host(sglang_unit_files=[INSTALLED])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, verify=False)
     assert not result.get("failed") and result["changed"] is True, result
-    assert host.names() == ["sglang_unit_files", "systemd_service"]  # no wait, no last-known-good saved
+    assert host.names() == ["sglang_unit_files"]  # no wait, no last-known-good saved
     assert record["status"] == "updated (not verified)"
     assert record["restarted"] is True and record["verified"] is False and record["new_invocation"] is None
     assert record["last_good_saved"] is False and "not verified" in record["last_good_note"]
@@ -278,3 +273,30 @@ def test_with_verification_off_a_host_that_needed_no_restart_is_unchanged_not_ve
     assert not result.get("failed") and host.calls == []
     assert record["status"] == "unchanged (not verified)" and record["restarted"] is False
     assert record["verified"] is False and record["last_good_saved"] is False
+
+
+def test_a_restart_that_fails_after_the_install_is_the_restart_step_and_a_change_that_reverts(
+        tmp_path, shown, monkeypatch):
+    """The merged install+restart: files written, then systemctl restart failed - the failed step is the
+    restart (not the install), the host changed, and the last-known-good unit is brought back."""
+    restart_failed = {"failed": True, "failed_at": "restart", "changed": True, "changed_files": [UNIT_PATH],
+                      "restarted": False, "msg": "%s written, but restart sglang.service failed (exit 1)" % UNIT_PATH}
+    host = Host(sglang_unit_files=[restart_failed], sglang_info=[{"invocation_id": OLD}],
+                sglang_last_good=[{"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024}}}}],
+                systemd_service=[{"changed": True}], sglang_ready=[dict(PASS, invocation_id="cccc")])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and result["failed_step"] == action_mod.RESTART and result["changed"] is True
+    assert host.names() == ["sglang_unit_files", "sglang_info", "sglang_last_good", "systemd_service", "sglang_ready"]
+    assert record["status"] == "reverted" and record["failed_task"] == action_mod.RESTART
+    assert router.calls == ["absent", "present"]
+
+
+def test_an_install_that_writes_nothing_restarts_nothing(tmp_path, shown, monkeypatch):
+    """The drift said the unit differs, but it was already right when written (another operator): no restart,
+    the running process is verified instead."""
+    host = Host(sglang_unit_files=[{"changed": False, "changed_files": [], "restarted": False}],
+                sglang_ready=[dict(PASS, invocation_id=OLD)], sglang_last_good=[{"changed": False, "exists": True}])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch)
+    assert not result.get("failed") and host.names() == ["sglang_unit_files", "sglang_ready", "sglang_last_good"]
+    assert "after_invocation" not in host.calls[1][1] and record["status"] == "unchanged (verified)"

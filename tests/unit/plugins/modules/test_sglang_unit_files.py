@@ -110,3 +110,81 @@ def test_bad_input_fails_before_anything_is_written(monkeypatch, tmp_path, field
     result, failed = run(monkeypatch, [spec(good, "x\n"), bad])
     assert failed and message in result["msg"]
     assert not good.exists()
+
+
+class Systemctl(object):
+    """AnsibleModule.run_command for systemctl: records each argv; `show` answers the unit's state,
+    `fail` names the verb that fails."""
+
+    def __init__(self, unit_file_state="enabled", fail=None):
+        self.calls = []
+        self.unit_file_state = unit_file_state
+        self.fail = fail
+
+    def __call__(self, module, argv, **kwargs):
+        argv = list(argv)
+        self.calls.append(argv[1:])
+        if argv[1] == self.fail:
+            return 1, "", "Job for demo.service failed because the control process exited with error code."
+        if argv[1] == "show":
+            return 0, "Id=demo.service\nInvocationID=aaaa\nActiveState=active\nSubState=running\nMainPID=42\n" \
+                      "UnitFileState=%s\n" % self.unit_file_state, ""
+        return 0, "", ""
+
+    def verbs(self):
+        return [call[0] for call in self.calls]
+
+
+def run_with_restart(monkeypatch, systemctl, files=(), restart=None, check_mode=False):
+    monkeypatch.setattr(sglang_unit_files.AnsibleModule, "run_command",
+                        lambda module, argv, **kwargs: systemctl(module, argv, **kwargs))
+    monkeypatch.setattr(sglang_unit_files.AnsibleModule, "get_bin_path",
+                        lambda module, name, required=False, opt_dirs=None: "/usr/bin/" + name)
+    patch_module_exits(monkeypatch)
+    with patch_module_args({"files": list(files), "secret_files": [], "restart": restart,
+                            "_ansible_check_mode": check_mode}):
+        with pytest.raises(ModuleExit) as caught:
+            sglang_unit_files.main()
+    return caught.value.result, caught.value.failed
+
+
+def test_restart_after_a_written_file_reloads_enables_and_restarts_in_that_order(monkeypatch, tmp_path):
+    path = tmp_path / "demo.conf"
+    systemctl = Systemctl(unit_file_state="disabled")
+    result, failed = run_with_restart(monkeypatch, systemctl, [spec(path, "x=1\n")], {"unit": "demo.service"})
+    assert not failed and result["changed"] is True and result["restarted"] is True
+    assert path.read_text() == "x=1\n"
+    assert systemctl.verbs() == ["daemon-reload", "show", "enable", "restart"]
+    assert systemctl.calls[2] == ["enable", "demo.service"] and systemctl.calls[3] == ["restart", "demo.service"]
+    assert result["status"]["InvocationID"] == "aaaa"  # read before the restart: the process it replaced
+
+
+def test_restart_only_when_a_file_was_written_unless_forced(monkeypatch, tmp_path):
+    path = tmp_path / "demo.conf"
+    path.write_text("x=1\n")
+    os.chmod(str(path), 0o644)
+    systemctl = Systemctl()
+    result, failed = run_with_restart(monkeypatch, systemctl, [spec(path, "x=1\n")], {"unit": "demo.service"})
+    assert not failed and result["changed"] is False and result["restarted"] is False and systemctl.calls == []
+    forced, failed = run_with_restart(monkeypatch, systemctl, [spec(path, "x=1\n")],
+                                      {"unit": "demo.service", "force": True})
+    assert not failed and forced["changed"] is True and forced["restarted"] is True
+    assert systemctl.verbs() == ["daemon-reload", "show", "restart"]  # already enabled: not enabled again
+
+
+def test_a_failed_restart_after_the_write_says_both_and_is_a_change(monkeypatch, tmp_path):
+    path = tmp_path / "demo.conf"
+    systemctl = Systemctl(fail="restart")
+    result, failed = run_with_restart(monkeypatch, systemctl, [spec(path, "x=1\n")], {"unit": "demo.service"})
+    assert failed and result["failed_at"] == "restart" and result["changed"] is True
+    assert result["changed_files"] == [str(path)] and path.read_text() == "x=1\n"
+    assert "%s written, but restart demo.service failed (exit 1): Job for demo.service failed" % path in result["msg"]
+
+
+def test_check_mode_restarts_nothing_and_writes_nothing(monkeypatch, tmp_path):
+    path = tmp_path / "demo.conf"
+    systemctl = Systemctl()
+    result, failed = run_with_restart(monkeypatch, systemctl, [spec(path, "x=1\n")], {"unit": "demo.service"},
+                                      check_mode=True)
+    assert not failed and result["restarted"] is True and result["changed"] is True
+    assert systemctl.calls == [] and not path.exists()
