@@ -263,8 +263,8 @@ def restart(module, spec, changed_files):
     def run(argv):
         rc, out, err = module.run_command(argv)
         if rc != 0:
-            raise RestartError("%s failed (exit %s): %s" % (" ".join(argv[1:]), rc,
-                                                             to_text(err).strip() or to_text(out).strip() or "no output"))
+            said = to_text(err).strip() or to_text(out).strip() or "no output"
+            raise RestartError("%s failed (exit %s): %s" % (" ".join(argv[1:]), rc, said))
         return to_text(out)
 
     unit = spec["unit"]

@@ -136,8 +136,10 @@ class Systemctl(object):
 
 
 def run_with_restart(monkeypatch, systemctl, files=(), restart=None, check_mode=False):
-    monkeypatch.setattr(sglang_unit_files.AnsibleModule, "run_command",
-                        lambda module, argv, **kwargs: systemctl(module, argv, **kwargs))
+    def run_command(module, argv, **kwargs):
+        return systemctl(module, argv, **kwargs)
+
+    monkeypatch.setattr(sglang_unit_files.AnsibleModule, "run_command", run_command)
     monkeypatch.setattr(sglang_unit_files.AnsibleModule, "get_bin_path",
                         lambda module, name, required=False, opt_dirs=None: "/usr/bin/" + name)
     patch_module_exits(monkeypatch)
