@@ -286,12 +286,7 @@ class ActionModule(ActionBase):
             running = self._wait(VERIFY, wait)
             if running.get("failed"):
                 raise StepFailed(VERIFY, running)
-        verified = _records.verification([ready, running, dict(drift, host=self._host)])
-        if verified.get("verdict") == _records.NOT_VERIFIED:
-            # Nothing saw the process that runs now: its invocation is unknown, and whether it is new is
-            # what this step did (a restart or a start), not a comparison of invocations.
-            verified = dict(verified, invocation_id=None, restarted=started is not None)
-        return verified
+        return _records.verification([ready, running, dict(drift, host=self._host)], restarted=started is not None)
 
     def _rejoin(self):
         retries = self._router_args["rejoin_retries"]

@@ -35,9 +35,14 @@ def verified_from_drift(drift):
 NOT_VERIFIED = "not_verified"
 
 
-def verification(results):
+def verification(results, restarted=False):
     """[the restart's wait, the no-restart verification, the drift check] -> the one that verified:
-    the first that ran (not skipped, not absent), else the drift check's in-sync verification."""
+    the first that ran (not skipped, not absent), else the drift check's in-sync verification.
+
+    When nothing verified (sglang_verify off, or the wait was skipped), no process was seen: the
+    invocation is unknown (None, never the drift check's, which may be the process a restart
+    replaced), and whether the process is new is `restarted` (the step restarted or started the
+    unit), not a comparison of invocations."""
     results = list(results)
     waits, drift = results[:-1], (results[-1] if results else None) or {}
     for result in waits:
@@ -45,10 +50,12 @@ def verification(results):
             return result
     if drift.get("in_sync") and drift.get("receipt"):
         return verified_from_drift(drift)
-    return {"verdict": NOT_VERIFIED, "verified": False, "invocation_id": drift.get("invocation_id"),
-            "observed": drift.get("observed"), "source": None, "phases": {}, "elapsed": 0.0,
-            "msg": "%s: not verified (sglang_verify is off, or the verification was skipped); drift check: %s" % (
-                drift.get("host"), drift.get("verdict"))}
+    return {"verdict": NOT_VERIFIED, "verified": False, "invocation_id": None, "restarted": bool(restarted),
+            "previous_invocation": drift.get("invocation_id"), "observed": None, "source": None, "phases": {},
+            "elapsed": 0.0,
+            "msg": "%s: not verified (sglang_verify is off, or the verification was skipped); %s; drift check "
+                   "before: %s" % (drift.get("host"), "the unit was restarted or started, its new process was not "
+                                   "seen" if restarted else "nothing was restarted", drift.get("verdict"))}
 
 
 def adopted_record(drift):

@@ -18,10 +18,10 @@ import time
 import pytest
 
 from lab_support import CLEAN_HOST
-from role_support import (BASE_ENV, CONFIG_FILE, EXPECT_2048, RECEIPT, RUN_ENV, UNIT_PATH, VALIDATE_TASK,
-                          VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results, generate, host_json,
-                          invocation_journal, ready_playbook, role_playbook, unit_checksum, unit_file, verified_fact,
-                          verify_records, wait_for, wait_result, replaced_invocation)
+from role_support import (BASE_ENV, CONFIG_FILE, EXPECT_2048, LAST_GOOD_RECORD, RECEIPT, RUN_ENV, UNIT_PATH,
+                          VALIDATE_TASK, VERIFIED_TASK, VERIFY_TASK, WAIT_TASK, WINDOW_FLAG, GenerateProbe, Results,
+                          generate, host_json, invocation_journal, ready_playbook, role_playbook, unit_checksum,
+                          unit_file, verified_fact, verify_records, wait_for, wait_result, replaced_invocation)
 
 TIMEOUT = 60
 
@@ -294,6 +294,83 @@ def test_drift_is_caught_without_restart_and_the_role_puts_it_back(host, apply_r
     assert rep["invocation_id"] not in (hand["InvocationID"], None)
     assert rep["observed"]["draft_window_size"] == 2048
     assert unit_checksum(sh, host) == deployed
+
+
+# --- the role twice in one play; verification off and the last-known-good unit -----------------
+
+TWICE = """---
+- name: The role twice in one play, a second operator restarting the unit in between
+  hosts: {host}
+  gather_facts: false
+  tasks:
+    - name: First apply
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+    - name: A second operator restarts the unit (same settings; the new invocation has no receipt)
+      ansible.builtin.command: systemctl restart sglang.service
+      changed_when: true
+    - name: Second apply
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+"""
+
+
+def test_a_second_apply_in_the_same_play_verifies_the_process_that_runs_now(host, apply_role, run_playbook,
+                                                                            server_vars, sh, state_of):
+    """The first apply's wait (a registered result) outlives its include: the second apply, which
+    restarts nothing, must verify the invocation that runs now, not report the first one's wait."""
+    run = run_playbook(TWICE.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
+    assert run.rc == 0, run
+    results = Results(run.out)
+    now = state_of(host)["InvocationID"]
+    first, second = [item["result"]["ansible_facts"]["sglang_verified"]
+                     for item in results.of(VERIFIED_TASK, host["name"])]
+    assert first["verdict"] == "pass" and first["invocation_id"] not in (None, now), (first, now)
+    assert second["verdict"] == "pass" and second["invocation_id"] == now, (second, now)
+    assert second["source"] == "journal" and second["observed"]["draft_window_size"] == 2048, second
+    verify = results.of(VERIFY_TASK, host["name"])
+    assert verify[0]["status"] == "skipping" and verify[1]["status"] in ("ok", "changed"), verify  # the second ran
+
+
+SAVE = """---
+- name: Apply, then keep the unit as last-known-good
+  hosts: {host}
+  gather_facts: false
+  roles:
+    - role: gpufleet.inference.sglang
+  tasks:
+    - name: Keep it
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+        tasks_from: save_last_good
+"""
+
+
+def test_save_last_good_keeps_a_verified_unit_and_refuses_an_unverified_one(host, run_playbook, server_vars, sh,
+                                                                          state_of):
+    playbook = SAVE.format(host=host["name"])
+    run = run_playbook(playbook, env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
+    assert run.rc == 0, run
+    good = host_json(sh, host, LAST_GOOD_RECORD)
+    verified = state_of(host)["InvocationID"]
+    assert good and good["invocation_id"] == verified and good["observed"]["draft_window_size"] == 2048, good
+
+    # Another window with verification off: the unit is restarted, nothing sees the new process.
+    run = run_playbook(playbook, env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_verify=False,
+        sglang_speculative_draft_window_size=4096))
+    assert run.rc != 0, run
+    results = Results(run.out)
+    fact = verified_fact(results, host)
+    assert fact["verdict"] == "not_verified" and fact["verified"] is False, fact
+    assert fact["invocation_id"] is None and fact["restarted"] is True, fact  # never the replaced one's
+    assert fact["previous_invocation"] == verified, fact
+    refused = results.one("Refuse to keep an unverified unit as last-known-good", host["name"])
+    assert refused["status"] == "fatal" and "not kept as last-known-good" in refused["result"]["msg"], refused
+    assert state_of(host)["InvocationID"] != verified  # it was restarted ...
+    assert host_json(sh, host, LAST_GOOD_RECORD) == good  # ... and the last-known-good unit is the verified one
 
 
 # --- 9, 10, 13: on a deployed host, each of them changes nothing (and proves it) --------------

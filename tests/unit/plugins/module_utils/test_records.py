@@ -126,3 +126,16 @@ def test_verification_falls_back_to_the_in_sync_drift_check(waits):
 def test_verification_never_makes_a_pass_of_a_drift_check_that_was_not_verified(result):
     made = rec.verification([{"skipped": True}, {"skipped": True}, drift(**result) if result else None])
     assert made.get("verdict") != "pass" and not made.get("verified")
+
+
+@pytest.mark.parametrize("restarted", [True, False])
+def test_an_unverified_process_has_no_invocation_and_restarted_is_what_the_step_did(restarted):
+    """sglang_verify off: the drift check's invocation is the process before (a restart replaced it):
+    never reported as the running one; whether the process is new is what the step did."""
+    made = rec.verification([{"skipped": True}, {"skipped": True}, drift(verdict="drifted", in_sync=False)],
+                            restarted=restarted)
+    assert made["verdict"] == rec.NOT_VERIFIED and made["verified"] is False
+    assert made["invocation_id"] is None and made["observed"] is None
+    assert made["previous_invocation"] == drift()["invocation_id"] and made["restarted"] is restarted
+    assert ("was restarted or started" in made["msg"]) is restarted
+    assert rec.verification([{}, {}, drift()])["restarted"] is False  # default: nothing restarted
