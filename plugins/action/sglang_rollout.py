@@ -218,7 +218,9 @@ class ActionModule(ActionBase):
         with ro.RootLock(root):
             meta, records = ro.write_summary(run)
             stopped = [r for r in records if r.get("status") in ro.STOPPED_STATUSES]
-            pending = [r["host"] for r in records if r.get("status") in ("pending", "in progress")]
+            # Neither done (the run could go on past it) nor stopped: not reached, or left mid-way.
+            pending = [r["host"] for r in records
+                       if r.get("status") not in ro.CONTINUE_STATUSES + ro.STOPPED_STATUSES]
             # A host lost mid-change is in a state nobody knows: the run keeps the fleet's lock, so
             # the same command resumes it (and no other rollout starts beside an unknown host).
             lost = [r["host"] for r in records if r.get("connection_lost") and r.get("status") == "failed"]

@@ -240,14 +240,12 @@ STEPS = {
     "verified": (False, "the new unit, verified", "verified, not rejoined"),
     "rejoined": (True, "the new unit, verified", "updated"),
 }
-DONE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
-                 "unchanged (not verified)", "reverted")
+# A host at one of these lets the rollout go on to the next batch (its record's continue_rollout,
+# which the playbook and the finish step read; any other status stops the run).
+CONTINUE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
+                     "unchanged (not verified)")
 # A host at one of these stopped the rollout (the run fails).
 STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted")
-
-STATUS_ORDER = ("failed", "verified, not rejoined", "not verified, not rejoined", "interrupted", "in progress",
-                "reverted", "updated", "updated (not verified)", "recovered", "unchanged (verified)",
-                "unchanged (not verified)", "would change", "in sync")
 
 
 def summarize(run, records):
@@ -286,6 +284,7 @@ def record_step(run, host, step, args):
         path = os.path.join(run["run_dir"], "%s.json" % host)
         merged = dict(read_json(path) or {}, **record)
         merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": iso(), "status": merged["status"]}]
+        merged["continue_rollout"] = merged["status"] in CONTINUE_STATUSES
         write_json(path, merged)
         if not run.get("check_mode"):  # the fleet's ledger: where each host was left, by any run
             write_json(os.path.join(root, FLEET, "%s.json" % host), {

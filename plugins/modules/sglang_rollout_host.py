@@ -151,6 +151,8 @@ record:
     - With O(verify=false) nothing sees the new process, so the status is V(updated (not verified\)) (the unit
       was restarted or started) or V(unchanged (not verified\)), C(new_invocation) is unknown (null) and the unit
       is not kept as last-known-good (C(last_good_note) says so).
+    - C(continue_rollout) is true when the status lets the rollout go on (the playbook stops after a batch with a
+      host where it is false, or that has no record).
   returned: always
   type: dict
 verified:

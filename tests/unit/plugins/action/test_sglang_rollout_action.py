@@ -233,6 +233,37 @@ def test_finish_of_a_good_run(tmp_path, shown):
     assert not (tmp_path / "lock.json").exists()
 
 
+@pytest.mark.parametrize("step, extra, go_on", [
+    ("prepared", {"drift": dict(DRIFT, in_sync=True)}, True),  # in sync: unchanged (verified)
+    ("prepared", {"drift": DRIFT}, False),  # pending: not reached
+    ("draining", {"router": True}, False),  # in progress
+    ("verified", {"drift": DRIFT, "verified": VERIFIED, "router": True}, False),  # verified, not rejoined
+    ("rejoined", {"drift": DRIFT, "verified": VERIFIED, "router": True}, True),  # updated
+    ("failed", {"state_before": {"step": "applying"}, "task": "t", "failure": {"msg": "boom"}, "changed": True}, False),
+])
+def test_a_record_says_whether_the_rollout_may_go_on_and_finish_agrees(tmp_path, shown, step, extra, go_on):
+    """continue_rollout (read by the playbook to stop after a batch) and the run's verdict come from one list."""
+    run = start(tmp_path)
+    if step not in ("prepared",):
+        record(run, "prepared", drift=DRIFT)
+    out = record(run, step, **extra)["record"]
+    assert out["continue_rollout"] is go_on, out
+    assert json.loads((tmp_path / run["run_id"] / "gpu-1.json").read_text())["continue_rollout"] is go_on
+    result = act(dict(state="finish", run=run))
+    assert bool(result.get("failed")) is not go_on, result
+
+
+def test_finish_fails_a_run_with_a_host_at_a_status_it_does_not_know(tmp_path, shown):
+    """Neither done nor stopped (a record from another version, a hand edit): not reached, so the run failed."""
+    run = start(tmp_path)
+    record(run, "rejoined", drift=DRIFT, verified=VERIFIED)
+    path = tmp_path / run["run_id"] / "gpu-1.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), status="half-way")))
+    (tmp_path / run["run_id"] / "summary.json").unlink()
+    result = act(dict(state="finish", run=run))
+    assert result["failed"] and "not done: gpu-1" in result["msg"], result
+
+
 def test_finish_keeps_a_lock_it_does_not_hold(tmp_path, shown):
     run = start(tmp_path)
     lock = json.loads((tmp_path / "lock.json").read_text())

@@ -175,7 +175,7 @@ def test_an_unverified_process_is_never_recorded_as_verified_or_unchanged():
     done = ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": unverified, "router": True}, run)
     assert done["status"] == "updated (not verified)" and done["restarted"] is True and done["verified"] is False
     assert done["new_invocation"] is None and done["last_good_saved"] is False and "not verified" in done["last_good_note"]
-    assert done["status"] in ro.DONE_STATUSES
+    assert done["status"] in ro.CONTINUE_STATUSES
     same = ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": dict(unverified, restarted=False)}, run)
     assert same["status"] == "unchanged (not verified)" and same["restarted"] is False
     verified = {"verdict": "pass", "verified": True, "invocation_id": "bbbb", "observed": {}}
