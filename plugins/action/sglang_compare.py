@@ -16,7 +16,10 @@ the ones those tasks sent. Documentation: plugins/modules/sglang_compare.py.
 """
 from __future__ import annotations
 
+import os
+
 from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
@@ -43,6 +46,7 @@ ARGUMENT_SPEC = dict(
     prompt=dict(type="str", required=True),
     max_new_tokens=dict(type="int", required=True),
     preflight=dict(type="bool", default=True),
+    role_argument_spec=dict(type="str"),
 )
 
 # The settings keys the action reads directly (the rest go to the args builder as they are).
@@ -59,6 +63,23 @@ class ActionModule(ActionBase):
             result["failed"] = True
         return result
 
+    def _role_argument_errors(self, entry_point, task_vars):
+        """The role's variables checked against one entry point of its argument spec, as the task
+        Ansible puts in front of an entry point would (for a tasks file that is not one: one task
+        instead of two). The spec file was parsed when the role was loaded: the loader's cache."""
+        role = getattr(self._task, "_role", None)
+        if role is None:
+            raise AnsibleActionFail("sglang_compare: role_argument_spec needs the task to be in a role")
+        specs = self._loader.load_from_file(os.path.join(role._role_path, "meta", "argument_specs.yml"))
+        spec = ((specs or {}).get("argument_specs") or {}).get(entry_point)
+        if not isinstance(spec, dict):
+            raise AnsibleActionFail("sglang_compare: the role has no entry point %r in meta/argument_specs.yml"
+                                    % entry_point)
+        options = spec.get("options") or {}
+        provided = self._templar.template(dict((name, task_vars[name]) for name in options if name in task_vars))
+        validated = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
+        return validated.error_messages
+
     def _render(self, template, task_vars, version):
         """One of the role's templates, rendered as ansible.builtin.template's lookup renders it in a task."""
         lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
@@ -70,6 +91,13 @@ class ActionModule(ActionBase):
         del tmp
         task_vars = task_vars or {}
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        if args["role_argument_spec"]:
+            errors = self._role_argument_errors(args["role_argument_spec"], task_vars)
+            if errors:
+                result.update(failed=True, step="validate", argument_errors=errors,
+                              msg="%s: the role's variables are not valid (nothing on the host was asked or "
+                                  "changed): %s" % (task_vars.get("inventory_hostname"), "; ".join(errors)))
+                return result
         settings = args["settings"]
         missing = [key for key in REQUIRED_SETTINGS if key not in settings]
         if missing:

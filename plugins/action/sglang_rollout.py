@@ -143,7 +143,8 @@ class ActionModule(ActionBase):
                                     "outside the comparison)"}))
                 continue
             record = ro.record_step(run, host, "prepared", dict(
-                drift=facts["sglang_drift"], endpoint=facts.get("sglang_endpoint"), router=args.get("router")))
+                drift=facts["sglang_drift"], endpoint=(facts["sglang_drift"].get("prepared") or {}).get("endpoint"),
+                router=args.get("router")))
             if record["status"] == "pending":
                 apply.append(host)
         if failed or lost:

@@ -81,6 +81,15 @@ options:
     description: Check the intended arguments with the host's own SGLang when the host must change.
     type: bool
     default: true
+  role_argument_spec:
+    description:
+      - Before anything else, check the role's variables against this entry point of the role's
+        C(meta/argument_specs.yml), as the task Ansible puts in front of that entry point does (the task must be in
+        the role). For a tasks file of the role that is not an entry point (the rollout's C(rollout_prepare)): one
+        task per host instead of two.
+      - Invalid variables fail the task with C(step=validate) and C(argument_errors) before the host is asked
+        anything.
+    type: str
 """
 
 EXAMPLES = r"""
@@ -111,4 +120,9 @@ step:
   description: Where it failed - V(validate), V(version), V(intent), V(drift) or V(preflight).
   returned: failure
   type: str
+argument_errors:
+  description: What is wrong with the role's variables (O(role_argument_spec)), one message per error.
+  returned: when O(role_argument_spec) found errors
+  type: list
+  elements: str
 """

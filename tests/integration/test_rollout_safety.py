@@ -188,7 +188,7 @@ class TestOnADeployedFleet:
             (task, _host, message), = failures(run.out)[:1] or [(None, None, "")]
             assert task == "Check the rollout's variables and take the fleet's lock", (label, run)
             assert "rollout_batches" in message, (label, message)
-            assert "TASK [Compare with the role's read-only entry point]" not in run.out, (label, run)
+            assert "TASK [gpufleet.inference.sglang : Compare this host" not in run.out, (label, run)
             assert Records(results).run_ids() == [] and Records(results).lock() is None, label
         assert_nothing_changed(deployed, fleet_state(lab, lab_hosts, router_url))
 

@@ -42,10 +42,13 @@ def test_every_entry_point_has_a_spec_and_every_spec_a_task_file():
     specs = set(load("meta/argument_specs.yml")["argument_specs"])
     task_files = {p.stem for p in (ROLE / "tasks").glob("*.yml")}
     assert specs <= task_files, specs - task_files
-    # rollout_host is the rollout's own step (playbooks/rollout.yml), not an entry point for users:
-    # its one action checks its arguments itself (an argument spec would add a task per host to every
-    # batch), and the role's options were checked by `drift` in the rollout's prepare phase.
-    assert task_files - specs == {"rollout_host"}, task_files - specs
+    # rollout_prepare and rollout_host are the rollout's own steps (playbooks/rollout.yml), not entry
+    # points for users: an argument spec would add a task per host. rollout_prepare's one action checks
+    # the role's variables against `drift`'s spec itself (role_argument_spec: drift); rollout_host's
+    # action checks its arguments, after the prepare phase checked the role's variables.
+    assert task_files - specs == {"rollout_host", "rollout_prepare"}, task_files - specs
+    prepare = yaml.safe_load((ROLE / "tasks" / "rollout_prepare.yml").read_text())
+    assert [task["gpufleet.inference.sglang_compare"]["role_argument_spec"] for task in prepare] == ["drift"]
     options = load("meta/argument_specs.yml")["argument_specs"]
     for name in specs:
         assert options[name]["short_description"] and options[name]["options"], name

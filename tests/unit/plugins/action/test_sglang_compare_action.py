@@ -5,6 +5,7 @@ from the host, the intent and the rendered unit for THAT version, the drift chec
 the host's own SGLang checking the arguments only when the host must change. Each failure stops
 what follows it. The host's modules and the template rendering are scripted."""
 import pytest
+from ansible.template import trust_as_template
 
 from ansible_collections.gpufleet.inference.plugins.action import sglang_compare as action_mod
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
@@ -174,3 +175,83 @@ def test_a_host_lost_during_the_argument_check_is_unreachable():
     out = compare(host, version="0.5.23")
     assert out["failed"] and out["unreachable"] and out["step"] == "preflight", out
     assert host.names() == ["sglang_drift", "sglang_preflight"]
+
+
+# ------------------------------------------------------------------ the role's variables (rollout_prepare)
+
+def compare_in_role(host, variables):
+    """The action as the role's rollout_prepare runs it: a real loader and templar, the role's own
+    argument spec and defaults, `variables` over them (inventory values, possibly templated)."""
+    from pathlib import Path
+    from unittest.mock import MagicMock
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    role_path = Path(__file__).resolve().parents[4] / "roles" / "sglang"
+    task_vars = yaml.safe_load((role_path / "defaults" / "main.yml").read_text())
+    task_vars.update(dict(inventory_hostname="gpu-1", sglang_model_path="/models/Kimi-K2.6"), **variables)
+    args = dict(settings=dict(SETTINGS), version="", address="10.0.0.7", worker_url="",
+                templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
+                paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
+                last_good_dir="/var/lib/l", prompt="The capital of France is", max_new_tokens=16,
+                role_argument_spec="drift")
+    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
+    action._task._role = MagicMock(_role_path=str(role_path))
+    action._loader = DataLoader()
+    action._templar = Templar(loader=action._loader, variables=task_vars)
+    action._execute_module = host
+    action._render = lambda template, task_vars, version: "%s for %s" % (template, version)
+    return action.run(task_vars=task_vars)
+
+
+def test_valid_role_variables_pass_the_roles_own_argument_spec_and_the_comparison_goes_on():
+    host = Host(sglang_preflight=[{"changed": False, "version": "0.5.23", "version_source": "metadata"}],
+                sglang_drift=[IN_SYNC])
+    out = compare_in_role(host, {"sglang_port": trust_as_template("{{ 30000 + 1 }}"), "sglang_ready_timeout": 900})
+    assert not out.get("failed"), out
+    assert host.names() == ["sglang_preflight", "sglang_drift"]
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"sglang_port": "thirty"}, "sglang_port"),  # a type the argument spec rejects
+    ({"sglang_restart": "sometimes"}, "sglang_restart"),  # not one of its choices
+    ({"sglang_ready_timeout": trust_as_template("{{ 'soon' }}")}, "sglang_ready_timeout"),  # rendered, then checked
+    ({"sglang_timeout_start_sec": [600]}, "sglang_timeout_start_sec"),
+])
+def test_invalid_role_variables_fail_naming_them_before_the_host_is_asked_anything(variables, named):
+    host = Host()
+    out = compare_in_role(host, variables)
+    assert out["failed"] and out["step"] == "validate", out
+    assert named in out["msg"] and any(named in error for error in out["argument_errors"]), out
+    assert out["msg"].startswith("gpu-1: the role's variables are not valid"), out["msg"]
+    assert host.calls == []  # the host was asked nothing
+
+
+def test_role_argument_spec_outside_a_role_or_of_an_unknown_entry_point_is_an_error():
+    from ansible.errors import AnsibleActionFail
+    action = fakes.make_action(action_mod, dict(settings=dict(SETTINGS), templates={"unit": "u", "journald": "j"},
+                                                paths={"unit": UNIT, "journald": JOURNALD}, receipt_dir="/r",
+                                                last_good_dir="/l", prompt="p", max_new_tokens=1,
+                                                role_argument_spec="drift"))
+    action._task._role = None
+    with pytest.raises(AnsibleActionFail, match="needs the task to be in a role"):
+        action.run(task_vars={})
+    with pytest.raises(AnsibleActionFail, match="no entry point 'nowhere'"):
+        unknown_entry_point(Host())
+
+
+def unknown_entry_point(host):
+    from pathlib import Path
+    from unittest.mock import MagicMock
+
+    from ansible.parsing.dataloader import DataLoader
+    action = fakes.make_action(action_mod, dict(settings=dict(SETTINGS), templates={"unit": "u", "journald": "j"},
+                                                paths={"unit": UNIT, "journald": JOURNALD}, receipt_dir="/r",
+                                                last_good_dir="/l", prompt="p", max_new_tokens=1,
+                                                role_argument_spec="nowhere"))
+    action._task._role = MagicMock(_role_path=str(Path(__file__).resolve().parents[4] / "roles" / "sglang"))
+    action._loader = DataLoader()
+    action._execute_module = host
+    return action.run(task_vars={})

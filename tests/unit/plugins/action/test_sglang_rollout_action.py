@@ -398,7 +398,7 @@ def test_prepared_builds_the_critical_path_modules_before_any_host_leaves(tmp_pa
 
 def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_change(tmp_path, shown, built):
     run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
-    hostvars = {"gpu-1": {"sglang_drift": DRIFT, "sglang_endpoint": {"url": "u1"}},
+    hostvars = {"gpu-1": {"sglang_drift": dict(DRIFT, prepared={"endpoint": {"url": "u1"}})},
                 "gpu-2": {"sglang_drift": dict(DRIFT, in_sync=True)},
                 "gpu-3": {"sglang_drift": DRIFT}}
     out = prepared(run, hostvars)
