@@ -18,9 +18,20 @@ from __future__ import annotations
 
 import os
 
+import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
+
+try:  # ansible-core 2.19+: a file's text is templated only when marked as trusted
+    from ansible.template import generate_ansible_template_vars, trust_as_template
+except ImportError:  # pragma: no cover - older cores: the template lookup renders (the same text)
+    generate_ansible_template_vars = trust_as_template = None
+
+try:
+    from yaml import CSafeLoader as SpecLoader
+except ImportError:  # pragma: no cover - PyYAML without libyaml
+    from yaml import SafeLoader as SpecLoader
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 
@@ -54,6 +65,25 @@ REQUIRED_SETTINGS = ("sglang_unit_name", "sglang_python", "sglang_user", "sglang
                      "sglang_port", "sglang_api_key", "sglang_extra_args", "sglang_environment")
 
 
+def render_template(templar, loader, path, name, task_vars, values):
+    """The text of the template at `path` (`name` as the task named it), rendered as the template
+    lookup renders it - its search path, ansible_managed and the template_* variables, an
+    operator's own ansible_managed kept - with `values` over the host's variables. Without the
+    lookup's deep copy of every variable of the host and its templating of the role's settings
+    again, which the task's arguments have already templated: a fifth of the lookup's CPU, per host."""
+    searchpath = [os.path.dirname(path)]
+    for directory in task_vars.get("ansible_search_path") or []:
+        searchpath.extend([os.path.join(directory, "templates"), directory])
+    generated = generate_ansible_template_vars(name, fullpath=path)
+    if "ansible_managed" in task_vars:
+        del generated["ansible_managed"]
+    variables = dict(task_vars)
+    variables.update(generated)
+    variables.update(values)
+    data_templar = templar.copy_with_new_env(available_variables=variables, searchpath=searchpath)
+    return data_templar.template(trust_as_template(loader.get_text_file_contents(path)), escape_backslashes=False)
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -66,11 +96,12 @@ class ActionModule(ActionBase):
     def _role_argument_errors(self, entry_point, task_vars):
         """The role's variables checked against one entry point of its argument spec, as the task
         Ansible puts in front of an entry point would (for a tasks file that is not one: one task
-        instead of two). The spec file was parsed when the role was loaded: the loader's cache."""
+        instead of two). The spec is plain YAML, parsed with libyaml (a tenth of Ansible's loader)."""
         role = getattr(self._task, "_role", None)
         if role is None:
             raise AnsibleActionFail("sglang_compare: role_argument_spec needs the task to be in a role")
-        specs = self._loader.load_from_file(os.path.join(role._role_path, "meta", "argument_specs.yml"))
+        with open(os.path.join(role._role_path, "meta", "argument_specs.yml")) as handle:
+            specs = yaml.load(handle, Loader=SpecLoader)  # nosec B506 - a safe loader
         spec = ((specs or {}).get("argument_specs") or {}).get(entry_point)
         if not isinstance(spec, dict):
             raise AnsibleActionFail("sglang_compare: the role has no entry point %r in meta/argument_specs.yml"
@@ -80,11 +111,15 @@ class ActionModule(ActionBase):
         validated = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
         return validated.error_messages
 
-    def _render(self, template, task_vars, version):
-        """One of the role's templates, rendered as ansible.builtin.template's lookup renders it in a task."""
-        lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
-                                                           templar=self._templar)
-        return lookup.run([template], task_vars, template_vars={"__sglang_version": version})[0]
+    def _render(self, template, task_vars, values):
+        """One of the role's templates, as ansible.builtin.template's lookup renders it in a task (see
+        render_template), with `values` (the settings this task's arguments already hold, the version)."""
+        if trust_as_template is None:  # pragma: no cover
+            lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
+                                                               templar=self._templar)
+            return lookup.run([template], task_vars, template_vars=values)[0]
+        return render_template(self._templar, self._loader, self._find_needle("templates", template), template,
+                               task_vars, values)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -134,8 +169,10 @@ class ActionModule(ActionBase):
             return result
         if args["worker_url"]:
             endpoint["worker_url"] = args["worker_url"]
-        unit_text = self._render(args["templates"]["unit"], task_vars, version)
-        journald_text = self._render(args["templates"]["journald"], task_vars, version)
+        # The settings, templated once for this task's arguments, are what the templates read.
+        values = dict(settings, __sglang_settings=settings, __sglang_version=version)
+        unit_text = self._render(args["templates"]["unit"], task_vars, values)
+        journald_text = self._render(args["templates"]["journald"], task_vars, values)
 
         # 4. The host against the intent (changes nothing).
         api_key = settings.get("sglang_api_key") or None

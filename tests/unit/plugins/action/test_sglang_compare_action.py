@@ -55,8 +55,8 @@ def compare(host, settings=None, rendered=None, **over):
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
     action._execute_module = host
     renders = rendered if rendered is not None else []
-    action._render = lambda template, task_vars, version: renders.append((template, version)) or \
-        "%s for %s" % (template, version)
+    action._render = lambda template, task_vars, values: renders.append(
+        (template, values["__sglang_version"])) or "%s for %s" % (template, values["__sglang_version"])
     return action.run(task_vars={"inventory_hostname": "gpu-1"})
 
 
@@ -202,7 +202,7 @@ def compare_in_role(host, variables):
     action._loader = DataLoader()
     action._templar = Templar(loader=action._loader, variables=task_vars)
     action._execute_module = host
-    action._render = lambda template, task_vars, version: "%s for %s" % (template, version)
+    action._render = lambda template, task_vars, values: "%s for %s" % (template, values["__sglang_version"])
     return action.run(task_vars=task_vars)
 
 
@@ -255,3 +255,39 @@ def unknown_entry_point(host):
     action._loader = DataLoader()
     action._execute_module = host
     return action.run(task_vars={})
+
+
+# ------------------------------------------------------------------ rendering without the template lookup
+
+@pytest.mark.parametrize("template", ["sglang.service.j2", "journald-ratelimit.conf.j2"])
+@pytest.mark.parametrize("over", [
+    {},
+    {"ansible_managed": "managed by the fleet team", "sglang_api_key": "k-123",
+     "sglang_environment": {"NCCL_DEBUG": "WARN", "PATH": "/opt/x:/usr/bin"},
+     "sglang_extra_args": {"--mem-fraction-static": 0.8}, "sglang_served_model_name": "kimi 100%"},
+])
+def test_the_role_templates_render_byte_for_byte_as_the_template_lookup_renders_them(template, over):
+    from pathlib import Path
+
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import lookup_loader
+    from ansible.template import Templar
+
+    role = Path(__file__).resolve().parents[4] / "roles" / "sglang"
+    loader = DataLoader()
+    task_vars = {}
+    for part in ("defaults", "vars"):
+        task_vars.update(loader.load_from_file(str(role / part / "main.yml"), trusted_as_template=True))
+    task_vars.update(dict(inventory_hostname="gpu-1", sglang_model_path="/models/Kimi-K2.6",
+                          ansible_search_path=[str(role)]), **over)
+    templar = Templar(loader=loader, variables=task_vars)
+    settings = templar.template(task_vars["__sglang_settings"])
+    lookup = lookup_loader.get("ansible.builtin.template", loader=loader, templar=templar)
+    expected = lookup.run([template], task_vars, template_vars={"__sglang_version": "0.5.23"})[0]
+    values = dict(settings, __sglang_settings=settings, __sglang_version="0.5.23")
+    rendered = action_mod.render_template(templar, loader, str(role / "templates" / template), template, task_vars,
+                                          values)
+    assert rendered == expected
+    assert ("ExecStart=" in rendered) is (template == "sglang.service.j2")
+    assert ("[Journal]" if template.startswith("journald") else "[Unit]") in rendered
+    assert ("managed by the fleet team" in rendered) is ("ansible_managed" in over)
