@@ -166,6 +166,11 @@ def layer_sanity() -> Outcome:
 
 
 def layer_lint() -> Outcome:
+    # ansible-lint puts ~/.ansible/collections (the test home's) in front of ANSIBLE_COLLECTIONS_PATH:
+    # an installed copy of this collection there (left by another tool) would be linted instead of
+    # this checkout's roles and plugins.
+    shutil.rmtree(TEST_HOME / ".ansible" / "collections" / "ansible_collections" / "gpufleet" / "inference",
+                  ignore_errors=True)
     rc, out = stream([BIN / "ansible-lint", "--profile", "production", "--offline"])
     out = re.sub(r"\x1b\[[0-9;]*m", "", out)  # colour codes, should a terminal have asked for them
     match = re.search(r"Passed:? (\d+) failure\(s\), (\d+) warning\(s\) (?:on|in) (\d+) files", out)

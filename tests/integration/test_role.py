@@ -347,8 +347,8 @@ SAVE = """---
 """
 
 
-def test_save_last_good_keeps_a_verified_unit_and_refuses_an_unverified_one(host, run_playbook, server_vars, sh,
-                                                                          state_of):
+def test_save_last_good_keeps_a_verified_unit_and_refuses_an_unverified_one(
+        host, run_playbook, server_vars, sh, state_of):
     playbook = SAVE.format(host=host["name"])
     run = run_playbook(playbook, env=RUN_ENV, extra_vars=server_vars(
         sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
