@@ -373,6 +373,60 @@ def test_save_last_good_keeps_a_verified_unit_and_refuses_an_unverified_one(
     assert host_json(sh, host, LAST_GOOD_RECORD) == good  # ... and the last-known-good unit is the verified one
 
 
+REVERT = """---
+- name: Apply, then revert to the last-known-good unit
+  hosts: {host}
+  gather_facts: false
+  roles:
+    - role: gpufleet.inference.sglang
+  tasks:
+    - name: Revert
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+        tasks_from: revert
+"""
+
+
+def test_revert_brings_back_the_last_known_good_unit_and_verifies_its_new_process(
+        host, run_playbook, server_vars, sh, state_of):
+    """The entry point revert: the saved unit back, a restart, and the NEW process verified against
+    what was recorded with it (not against the settings applied since)."""
+    run = run_playbook(SAVE.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
+    assert run.rc == 0, run
+    good_unit = unit_file(sh, host)
+
+    run = run_playbook(REVERT.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_speculative_draft_window_size=4096))
+    assert run.rc == 0, run
+    results = Results(run.out)
+    applied = verified_fact(results, host)
+    assert applied["verdict"] == "pass" and applied["observed"]["draft_window_size"] == 4096, applied
+    revert = results.one("Keep the outcome of the revert as the fact sglang_revert", host["name"])
+    outcome = revert["result"]["ansible_facts"]["sglang_revert"]
+    now = state_of(host)["InvocationID"]
+    assert outcome["healthy"] is True and outcome["verdict"] == "pass" and outcome["restored"] is True, outcome
+    assert outcome["invocation_id"] == now != applied["invocation_id"], (outcome, now, applied)
+    assert outcome["observed"]["draft_window_size"] == 2048, outcome
+    assert unit_file(sh, host) == good_unit
+
+
+def test_revert_without_a_last_known_good_unit_changes_nothing_and_says_so(
+        host, run_playbook, server_vars, sh, state_of):
+    run = run_playbook(REVERT.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
+    assert run.rc == 0, run  # revert does not fail: the caller judges sglang_revert
+    results = Results(run.out)
+    applied = verified_fact(results, host)
+    unit = unit_file(sh, host)
+    outcome = results.one("Keep the outcome of the revert as the fact sglang_revert",
+                          host["name"])["result"]["ansible_facts"]["sglang_revert"]
+    assert outcome["verdict"] == "not_restored" and outcome["healthy"] is False, outcome
+    assert outcome["restored"] is False and outcome["invocation_id"] is None, outcome
+    assert state_of(host)["InvocationID"] == applied["invocation_id"]  # not restarted
+    assert unit_file(sh, host) == unit
+
+
 # --- 9, 10, 13: on a deployed host, each of them changes nothing (and proves it) --------------
 
 @pytest.fixture(scope="class")
