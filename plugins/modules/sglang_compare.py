@@ -85,8 +85,8 @@ options:
     description:
       - Before anything else, check the role's variables against this entry point of the role's
         C(meta/argument_specs.yml), as the task Ansible puts in front of that entry point does (the task must be in
-        the role). For a tasks file of the role that is not an entry point (the rollout's C(rollout_prepare)), that
-        makes one task per host instead of two.
+        the role). For a tasks file of the role that is not an entry point (the role's C(compare), which the
+        rollout's prepare phase runs), that makes one task per host instead of two.
       - Invalid variables fail the task with C(step=validate) and C(argument_errors) before the host is asked
         anything.
     type: str

@@ -177,10 +177,10 @@ def test_a_host_lost_during_the_argument_check_is_unreachable():
     assert host.names() == ["sglang_drift", "sglang_preflight"]
 
 
-# ------------------------------------------------------------------ the role's variables (rollout_prepare)
+# ------------------------------------------------------------------ the role's variables (tasks/compare.yml)
 
 def compare_in_role(host, variables):
-    """The action as the role's rollout_prepare runs it: a real loader and templar, the role's own
+    """The action as the role's tasks/compare.yml runs it: a real loader and templar, the role's own
     argument spec and defaults, `variables` over them (inventory values, possibly templated)."""
     from pathlib import Path
     from unittest.mock import MagicMock
