@@ -23,10 +23,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-try:  # ansible-core 2.19+: a file's text is templated only when marked as trusted
-    from ansible.template import generate_ansible_template_vars, trust_as_template
-except ImportError:  # pragma: no cover - older cores: the template lookup renders (the same text)
-    generate_ansible_template_vars = trust_as_template = None
+# ansible-core 2.19+ (meta/runtime.yml): a file's text is templated only when marked as trusted
+from ansible.template import generate_ansible_template_vars, trust_as_template
 
 try:
     from yaml import CSafeLoader as SpecLoader
@@ -114,10 +112,6 @@ class ActionModule(ActionBase):
     def _render(self, template, task_vars, values):
         """One of the role's templates, as ansible.builtin.template's lookup renders it in a task (see
         render_template), with `values` (the settings this task's arguments already hold, the version)."""
-        if trust_as_template is None:  # pragma: no cover
-            lookup = self._shared_loader_obj.lookup_loader.get("ansible.builtin.template", loader=self._loader,
-                                                               templar=self._templar)
-            return lookup.run([template], task_vars, template_vars=values)[0]
         return render_template(self._templar, self._loader, self._find_needle("templates", template), template,
                                task_vars, values)
 
