@@ -427,6 +427,71 @@ def test_revert_without_a_last_known_good_unit_changes_nothing_and_says_so(
     assert unit_file(sh, host) == unit
 
 
+ADOPT = """---
+- name: Compare, then adopt the running unit as last-known-good
+  hosts: {host}
+  gather_facts: false
+  tasks:
+    - name: Compare
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+        tasks_from: drift
+    - name: Adopt
+      ansible.builtin.include_role:
+        name: gpufleet.inference.sglang
+        tasks_from: adopt_last_good
+"""
+ADOPT_TASK = "Adopt the running unit as last-known-good (first change on this host)"
+LAST_GOOD_UNIT = LAST_GOOD_RECORD.rsplit("/", 1)[0] + "/file" + UNIT_PATH.replace("/", "__")
+
+
+def window_in(unit_text: str) -> str | None:
+    """The draft window an ExecStart= of a unit file passes (its words, quoted or not)."""
+    words = re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', " ".join(execstart_lines(unit_text)))
+    words = [quoted or plain for quoted, plain in words if (quoted or plain) != "\\"]
+    return words[words.index(WINDOW_FLAG) + 1] if WINDOW_FLAG in words else None
+
+
+def test_adopt_last_good_keeps_what_runs_not_a_unit_file_that_never_ran(host, apply_role, run_playbook,
+                                                                         server_vars, sh, state_of):
+    """A lost restart handler: the installed unit says 4096, the process still runs 2048. Adopting it
+    must keep the unit that RUNS (rebuilt from the process), with that invocation, and restart nothing;
+    a second adopt, with a copy in place, keeps the copy as it is."""
+    run, results, dummy = apply_role(host)
+    assert run.rc == 0, run
+    running = state_of(host)["InvocationID"]
+    sh(host, "rm -rf " + LAST_GOOD_RECORD.rsplit("/", 1)[0])
+    # The unit writes each argument quoted on its own line: the value is on the line after the flag.
+    sh(host, """sed -i '/"%s"/{n;s/"2048"/"4096"/}' %s && systemctl daemon-reload""" % (WINDOW_FLAG, UNIT_PATH))
+    installed = unit_file(sh, host)
+    assert window_in(installed) == "4096", installed  # the edit took (else the test proves nothing)
+
+    playbook = ADOPT.format(host=host["name"])
+    run = run_playbook(playbook, env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_speculative_draft_window_size=4096))
+    assert run.rc == 0, run
+    results = Results(run.out)
+    adopt = results.one(ADOPT_TASK, host["name"])
+    assert adopt["status"] == "changed", adopt
+    assert state_of(host)["InvocationID"] == running  # nothing restarted
+    record = host_json(sh, host, LAST_GOOD_RECORD)
+    assert record["adopted"] is True and record["invocation_id"] == running, record
+    assert record["observed"]["draft_window_size"] == 2048, record
+    assert record["intent"]["expect"]["draft_window_size"] == 2048, record
+    assert record["rebuilt_from_process"]["path"] == UNIT_PATH, record
+    kept = sh(host, "cat " + LAST_GOOD_UNIT)
+    assert window_in(kept) == "2048", kept
+    assert unit_file(sh, host) == installed  # the installed unit is left as it was
+
+    run = run_playbook(playbook, env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_speculative_draft_window_size=4096))
+    assert run.rc == 0, run
+    again = Results(run.out).one(ADOPT_TASK, host["name"])
+    assert again["status"] == "skipping", again  # a copy exists: it is not replaced
+    assert host_json(sh, host, LAST_GOOD_RECORD) == record
+    assert state_of(host)["InvocationID"] == running
+
+
 # --- 9, 10, 13: on a deployed host, each of them changes nothing (and proves it) --------------
 
 @pytest.fixture(scope="class")
