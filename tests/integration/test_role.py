@@ -453,7 +453,7 @@ def window_in(unit_text: str) -> str | None:
 
 
 def test_adopt_last_good_keeps_what_runs_not_a_unit_file_that_never_ran(host, apply_role, run_playbook,
-                                                                         server_vars, sh, state_of):
+                                                                        server_vars, sh, state_of):
     """A lost restart handler: the installed unit says 4096, the process still runs 2048. Adopting it
     must keep the unit that RUNS (rebuilt from the process), with that invocation, and restart nothing;
     a second adopt, with a copy in place, keeps the copy as it is."""
