@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 
 import pytest
@@ -442,13 +443,12 @@ ADOPT = """---
         tasks_from: adopt_last_good
 """
 ADOPT_TASK = "Adopt the running unit as last-known-good (first change on this host)"
-LAST_GOOD_UNIT = LAST_GOOD_RECORD.rsplit("/", 1)[0] + "/file" + UNIT_PATH.replace("/", "__")
 
 
 def window_in(unit_text: str) -> str | None:
     """The draft window an ExecStart= of a unit file passes (its words, quoted or not)."""
-    words = re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', " ".join(execstart_lines(unit_text)))
-    words = [quoted or plain for quoted, plain in words if (quoted or plain) != "\\"]
+    command = " ".join(line.rstrip("\\") for line in execstart_lines(unit_text)).split("=", 1)[1]
+    words = shlex.split(command)
     return words[words.index(WINDOW_FLAG) + 1] if WINDOW_FLAG in words else None
 
 
@@ -479,7 +479,8 @@ def test_adopt_last_good_keeps_what_runs_not_a_unit_file_that_never_ran(host, ap
     assert record["observed"]["draft_window_size"] == 2048, record
     assert record["intent"]["expect"]["draft_window_size"] == 2048, record
     assert record["rebuilt_from_process"]["path"] == UNIT_PATH, record
-    kept = sh(host, "cat " + LAST_GOOD_UNIT)
+    copy = next(item["copy"] for item in record["files"] if item["path"] == UNIT_PATH)  # where the module kept it
+    kept = sh(host, "cat %s/%s" % (LAST_GOOD_RECORD.rsplit("/", 1)[0], copy))
     assert window_in(kept) == "2048", kept
     assert unit_file(sh, host) == installed  # the installed unit is left as it was
 
