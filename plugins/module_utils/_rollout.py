@@ -256,6 +256,28 @@ def summarize(run, records):
     return {"run": run, "counts": counts, "hosts": sorted(records, key=lambda r: r.get("host", ""))}
 
 
+def summary_text(summary):
+    """summary.json's text: the run and the counts indented, then each host's record on ONE line
+    (`grep HOST summary.json` shows that host; keys sorted). Why not all indented: a rollout rewrites
+    the summary at every step of every host, and Python's json encodes indented text in Python, the
+    compact one in C - 1.8 against 0.4 ms for a 16-host summary, per step, growing with the fleet."""
+    hosts = summary.get("hosts")
+    if not isinstance(hosts, list):
+        return json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n"
+    rest = dict((key, value) for key, value in summary.items() if key != "hosts")
+    lines = ",\n".join("    " + json.dumps(record, sort_keys=True, default=str) for record in hosts)
+    body = '  "hosts": [\n%s\n  ]' % lines if hosts else '  "hosts": []'
+    if not rest:
+        return "{\n%s\n}\n" % body
+    head = json.dumps(rest, indent=2, sort_keys=True, default=str)  # ends with "\n}"
+    return "%s,\n%s\n}\n" % (head[:-2], body)
+
+
+def write_summary_file(path, summary):
+    """summary.json, atomically (see summary_text)."""
+    _files.write_atomic(path, summary_text(summary).encode("utf-8"), 0o644)
+
+
 def table(records):
     """The end-of-rollout table: host, status, old -> new invocation, time to ready, config seen."""
     rows = [("host", "status", "invocation (old -> new)", "ready", "config seen")]
@@ -303,7 +325,7 @@ def update_summary(run, record):
     if not isinstance(summary, dict) or not isinstance(summary.get("hosts"), list):
         return write_summary(run)
     records = [item for item in summary["hosts"] if item.get("host") != record.get("host")] + [record]
-    write_json(path, summarize(summary.get("run") or {}, records))
+    write_summary_file(path, summarize(summary.get("run") or {}, records))
     return summary.get("run") or {}, records
 
 
@@ -445,5 +467,5 @@ def write_summary(run):
             if item:
                 records.append(item)
     meta = read_json(os.path.join(run_dir, "run.json"), {})
-    write_json(os.path.join(run_dir, "summary.json"), summarize(meta, records))
+    write_summary_file(os.path.join(run_dir, "summary.json"), summarize(meta, records))
     return meta, records

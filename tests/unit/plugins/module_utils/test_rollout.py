@@ -183,3 +183,42 @@ def test_an_unverified_process_is_never_recorded_as_verified_or_unchanged():
     kept = dict(verified, invocation_id="aaaa")
     assert ro.build_record("gpu-1", "rejoined", {"drift": drift, "verified": kept}, run)["status"] == \
         "unchanged (verified)"
+
+
+def test_summary_text_is_the_summary_with_one_line_per_host():
+    import json
+    when = datetime.datetime(2026, 12, 2, 7, 0, 0)
+    records = [{"host": "gpu-%d" % n, "status": "updated", "steps": [{"step": "prepared"}], "at": when,
+                "note": "quotes \" and\nnewline"} for n in (2, 1, 10)]
+    summary = ro.summarize({"run_id": "r1", "hosts": ["gpu-1", "gpu-2", "gpu-10"]}, records)
+    text = ro.summary_text(summary)
+    assert text.endswith("}\n")
+    assert json.loads(text) == json.loads(json.dumps(summary, default=str))  # nothing lost; a date as its text
+    host_lines = [line for line in text.splitlines() if line.startswith('    {"at"')]
+    assert [json.loads(line.rstrip(","))["host"] for line in host_lines] == ["gpu-1", "gpu-10", "gpu-2"]
+    assert '"run": {\n    "hosts": [' in text  # the run is indented
+
+
+@pytest.mark.parametrize("summary", [
+    {"run": {}, "counts": {}, "hosts": []},
+    {"hosts": [{"host": "gpu-1"}]},
+    {"run": {"run_id": "r"}, "hosts": "not a list"},
+])
+def test_summary_text_edge_cases_stay_json(summary):
+    import json
+    assert json.loads(ro.summary_text(summary)) == summary
+
+
+def test_record_step_keeps_summary_readable_and_complete(tmp_path):
+    import json
+    run = {"run_id": "r1", "run_dir": str(tmp_path / "r1"), "hosts": ["gpu-1", "gpu-2"]}
+    os.makedirs(run["run_dir"])
+    with open(os.path.join(run["run_dir"], "run.json"), "w") as handle:
+        json.dump({"run_id": "r1"}, handle)
+    ro.record_step(run, "gpu-1", "prepared", {"drift": {"in_sync": True}})
+    ro.record_step(run, "gpu-2", "prepared", {"drift": {"in_sync": False}})
+    ro.record_step(run, "gpu-2", "draining", {})
+    summary = json.loads((tmp_path / "r1" / "summary.json").read_text())
+    assert [r["host"] for r in summary["hosts"]] == ["gpu-1", "gpu-2"]
+    assert summary["hosts"][1]["step"] == "draining"
+    assert sum(summary["counts"].values()) == 2
