@@ -17,7 +17,9 @@ children included once reaped), divided by the batch's hosts.
 Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_interval 0.02) and
 forks = the largest batch (at least 10), as README recommends for real fleets. Baseline in the same
 session (--baseline first|all|none): the rollout back with Ansible's default internal_poll_interval
-(0.001 s), at the first size by default.
+(0.001 s), at the first size by default; and at each size with more hosts than forks (the prepare
+phase then queues hosts while every worker is busy) the rollout back with Ansible's own strategy
+ansible.builtin.linear instead of the playbook's gpufleet.inference.linear (--no-strategy-baseline: not).
 
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
@@ -26,7 +28,7 @@ better (the per-host figure flat or falling as the fleet grows).
 A size whose lab does not boot, or whose rollout fails, ends the series; where and why is printed.
 
 Usage: .venv/bin/python tests/benchmarks/bench_scale.py [--sizes 8,16,32,64] [--load 4] [--settle 2]
-       [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none]
+       [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none] [--no-strategy-baseline]
 """
 from __future__ import annotations
 
@@ -113,7 +115,17 @@ def measure(size, args, env) -> dict:
         back = bl.rollout(env=dict(env, ANSIBLE_CONFIG=default_poll_config()))
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         baseline = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
+    linear = None
+    if args.strategy_baseline and run.rc == 0 and (baseline is None or baseline["rc"] == 0) and size > forks_for(size, args):
+        # The same rollout back with Ansible's own linear strategy (its busy wait for a free worker): side by side.
+        window_back = bl.next_window()
+        bl.write_group_vars(bl.server_settings(window_back, **settings))
+        bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (strategy ansible.builtin.linear)")
+        back = bl.rollout({"rollout_strategy": "ansible.builtin.linear"}, env=env)
+        bl.set_fleet_window(window_back if back.rc == 0 else None)
+        linear = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
     return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user, "baseline": baseline,
+            "linear": linear,
             "cpu_sys": run.cpu_sys, "ssh_masters": bl.master_delta(masters_before, masters_after),
             "batches": batches, "restarted": restarted, "unreachable": unreachable, "failed": failed,
             "prepare_wall": prepare_wall, "prepare_cpu": prepare_cpu, "mem_before": mem_before,
@@ -161,6 +173,11 @@ def report(results, stop_reason, args):
             print(f"- {r['size']} hosts, baseline in the same session (the rollout back, Ansible's default "
                   f"internal_poll_interval 0.001): rc {b['rc']}, wall {b['wall']:.1f} s, controller CPU {b['cpu']:.1f} s "
                   f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with 0.02)")
+        if r.get("linear"):
+            b = r["linear"]
+            print(f"- {r['size']} hosts, baseline in the same session (the rollout back with the strategy "
+                  f"ansible.builtin.linear instead of gpufleet.inference.linear): rc {b['rc']}, wall {b['wall']:.1f} s, "
+                  f"controller CPU {b['cpu']:.1f} s = {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s)")
         if r.get("tail"):
             print(f"\n  {r['size']} hosts: output tail:\n```\n{r['tail']}\n```")
     if stop_reason:
@@ -194,6 +211,8 @@ def main() -> int:
     parser.add_argument("--baseline", default="first", choices=["first", "all", "none"],
                         help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
                              "size (default), every size, or none")
+    parser.add_argument("--strategy-baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="at each size with more hosts than forks, also roll back with ansible.builtin.linear")
     args = parser.parse_args()
     results, stop_reason = [], None
     for size in [int(s) for s in args.sizes.split(",") if s]:
