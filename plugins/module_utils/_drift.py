@@ -49,6 +49,10 @@ UNVERIFIED = "unverified"
 NOT_RUNNING = "not_running"
 NOT_INSTALLED = "not_installed"
 
+# A process's start time is known to ~10 ms (clock ticks, /proc/uptime's two decimals; _process.boot_epoch):
+# a file written within that of the start is not taken as written after it.
+START_TIME_PRECISION = 0.05
+
 
 def _difference(what, key, expected, observed, **extra):
     item = {"what": what, "key": key, "expected": expected, "observed": observed}
@@ -260,7 +264,7 @@ class DriftCheck(object):
             reasons.append("the running process (main PID %s) does not run the installed unit: %s" % (
                 state.main_pid, "; ".join("%s %s" % (item["what"], item["key"]) for item in found)))
         started = self.host.process_started(state)
-        if newest_file is not None and started is not None and newest_file > started and files_ok:
+        if newest_file is not None and started is not None and newest_file > started + START_TIME_PRECISION and files_ok:
             reasons.append("a file of the unit changed after its process started")
         return found
 

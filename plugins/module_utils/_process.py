@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes
 
@@ -36,18 +37,42 @@ def process_alive(pid, root="/"):
     return state is not None and state not in ("Z", "X")
 
 
-def process_start_time(pid, root="/"):
-    """When the process started (epoch seconds): boot time + its start in clock ticks."""
-    stat = read_bytes(os.path.join(root, "proc", str(pid), "stat"))
+def boot_epoch(root="/"):
+    """When the machine booted, in epoch seconds, to ~10 ms, or None.
+
+    /proc/stat's btime is that instant truncated to whole seconds: with it alone a process's start
+    reads up to a second early, and a restart within that second of a file's write looks like a file
+    changed after the process started. Now minus /proc/uptime gives the fraction; it is used only when
+    it agrees with btime (a container whose /proc/uptime is its own, e.g. under LXCFS, keeps btime)."""
     boot = read_bytes(os.path.join(root, "proc", "stat"))
-    if not stat or not boot:
+    try:
+        btime = float(next(line.split()[1] for line in (boot or b"").decode("utf-8", "replace").splitlines()
+                           if line.startswith("btime ")))
+    except (IndexError, ValueError, StopIteration):
+        return None
+    uptime = read_bytes(os.path.join(root, "proc", "uptime"))
+    try:
+        precise = time.time() - float(uptime.split()[0]) if uptime else None
+    except (IndexError, ValueError):
+        precise = None
+    if precise is not None and btime - 0.5 <= precise < btime + 1.5:
+        return precise
+    return btime
+
+
+def process_start_time(pid, root="/"):
+    """When the process started (epoch seconds): boot time (boot_epoch) + its start in clock ticks."""
+    stat = read_bytes(os.path.join(root, "proc", str(pid), "stat"))
+    if not stat:
         return None
     try:
         ticks = int(stat.decode("utf-8", "replace").rsplit(")", 1)[-1].split()[19])
-        btime = int(next(line.split()[1] for line in boot.decode().splitlines() if line.startswith("btime ")))
-        return btime + ticks / float(os.sysconf("SC_CLK_TCK"))
-    except (IndexError, ValueError, StopIteration):
+    except (IndexError, ValueError):
         return None
+    booted = boot_epoch(root)
+    if booted is None:
+        return None
+    return booted + ticks / float(os.sysconf("SC_CLK_TCK"))
 
 
 def read_cmdline(pid, root="/"):

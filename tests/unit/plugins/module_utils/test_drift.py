@@ -135,6 +135,15 @@ def test_a_file_changed_after_the_process_started_is_a_pending_restart(tmp_path)
     assert not_restarting["restart_pending"] is False
 
 
+@pytest.mark.parametrize("after_start, pending", [(0.2, True), (0.02, False), (-0.3, False)])
+def test_a_file_written_around_the_start_is_judged_to_the_start_times_precision(tmp_path, after_start, pending):
+    """Written 0.2 s after the process started: a pending restart. Written 20 ms after (within what a
+    start time can be known to) or before it (a restart right after the write): not."""
+    unit = installed(tmp_path, "sglang.service", UNIT_TEXT, mtime=WALL0 + after_start)
+    result = check(host_of(), files=[{"path": unit, "content": UNIT_TEXT}])
+    assert result["restart_pending"] is pending, result["restart_reasons"]
+
+
 # --------------------------------------------------------------------------- what systemd would run
 
 def test_a_drop_in_overriding_exec_start_blocks_and_is_named(tmp_path):

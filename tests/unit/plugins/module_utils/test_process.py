@@ -202,3 +202,42 @@ def test_process_start_time(tmp_path, monkeypatch):
     (tmp_path / "proc" / "stat").write_text("btime 1\n")
     (tmp_path / "proc" / "50" / "stat").write_text("50 (x) S 1\n")  # truncated
     assert proc.process_start_time(50, fake.root) is None
+
+
+def test_process_start_time_is_not_truncated_to_btime_seconds(tmp_path, monkeypatch):
+    """The machine booted at .90 of a second: btime says the whole second before. A process started
+    0.2 s after a file was written must read as started after it, not 0.7 s before."""
+    monkeypatch.setattr(proc.os, "sysconf", lambda name: 100)
+    booted = 1764410000.90
+    now = booted + 5000.0
+    monkeypatch.setattr(proc.time, "time", lambda: now)
+    fake = FakeProc(tmp_path, btime=1764410000).process(50, start_ticks=12345)
+    (tmp_path / "proc" / "uptime").write_text("%.2f 9000.00\n" % (now - booted))
+    assert proc.boot_epoch(fake.root) == pytest.approx(booted, abs=0.01)
+    assert proc.process_start_time(50, fake.root) == pytest.approx(booted + 123.45, abs=0.01)
+    written = booted + 123.45 - 0.2
+    assert proc.process_start_time(50, fake.root) > written  # with btime alone: 1764410123.45 < written
+
+
+@pytest.mark.parametrize("uptime", ["", "garbage 1\n", "%.2f 1.00\n" % (5000.0 - 3 * 3600)])
+def test_boot_epoch_falls_back_to_btime(tmp_path, monkeypatch, uptime):
+    """No uptime, an unreadable one, or one that disagrees with btime (a container's own uptime,
+    3 h shorter than the machine's): btime."""
+    monkeypatch.setattr(proc.time, "time", lambda: 1764410000.9 + 5000.0)
+    fake = FakeProc(tmp_path, btime=1764410000)
+    if uptime:
+        (tmp_path / "proc" / "uptime").write_text(uptime)
+    assert proc.boot_epoch(fake.root) == 1764410000.0
+
+
+def test_boot_epoch_without_btime_is_unknown(tmp_path):
+    FakeProc(tmp_path)
+    (tmp_path / "proc" / "stat").write_text("cpu 1 2\n")
+    (tmp_path / "proc" / "uptime").write_text("5000.00 1.00\n")
+    assert proc.boot_epoch(str(tmp_path)) is None
+
+
+def test_boot_epoch_of_this_machine_is_within_a_second_of_btime():
+    with open("/proc/stat") as handle:
+        btime = int(next(line.split()[1] for line in handle if line.startswith("btime ")))
+    assert btime - 0.05 <= proc.boot_epoch() < btime + 1.05
