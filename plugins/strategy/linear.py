@@ -26,8 +26,11 @@ description:
 author:
   - gpufleet maintainers (@gpufleet)
 notes:
-  - The playbooks gpufleet.inference.rollout and gpufleet.inference.verify use it; set
-    C(rollout_strategy) or C(verify_strategy) (extra vars) to use another strategy.
+  - Opt in - the playbooks gpufleet.inference.rollout and gpufleet.inference.verify use it with
+    C(-e rollout_strategy=gpufleet.inference.linear) (C(verify_strategy) for verify); their default
+    is the strategy of your ansible.cfg.
+  - ansible-core 2.19 deprecates strategy plugins outside ansible.builtin (a warning at each play,
+    no removal version set); that is why it is not the playbooks' default.
 """
 
 from multiprocessing.connection import wait as wait_for_sentinels

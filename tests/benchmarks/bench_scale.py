@@ -18,8 +18,8 @@ Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_inte
 forks = the largest batch (at least 10), as README recommends for real fleets. Baseline in the same
 session (--baseline first|all|none): the rollout back with Ansible's default internal_poll_interval
 (0.001 s), at the first size by default; and at each size with more hosts than forks (the prepare
-phase then queues hosts while every worker is busy) the rollout back with Ansible's own strategy
-ansible.builtin.linear instead of the playbook's gpufleet.inference.linear (--no-strategy-baseline: not).
+phase then queues hosts while every worker is busy) the rollout back with the opt-in strategy
+gpufleet.inference.linear instead of ansible.cfg's linear (--no-strategy-baseline: not).
 
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
@@ -117,11 +117,11 @@ def measure(size, args, env) -> dict:
         baseline = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
     linear = None
     if args.strategy_baseline and run.rc == 0 and (baseline is None or baseline["rc"] == 0) and size > forks_for(size, args):
-        # The same rollout back with Ansible's own linear strategy (its busy wait for a free worker): side by side.
+        # The same rollout back with the opt-in strategy gpufleet.inference.linear (no busy wait for a free worker).
         window_back = bl.next_window()
         bl.write_group_vars(bl.server_settings(window_back, **settings))
-        bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (strategy ansible.builtin.linear)")
-        back = bl.rollout({"rollout_strategy": "ansible.builtin.linear"}, env=env)
+        bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (strategy gpufleet.inference.linear)")
+        back = bl.rollout({"rollout_strategy": "gpufleet.inference.linear"}, env=env)
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         linear = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
     return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user, "baseline": baseline,
@@ -175,8 +175,8 @@ def report(results, stop_reason, args):
                   f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with 0.02)")
         if r.get("linear"):
             b = r["linear"]
-            print(f"- {r['size']} hosts, baseline in the same session (the rollout back with the strategy "
-                  f"ansible.builtin.linear instead of gpufleet.inference.linear): rc {b['rc']}, wall {b['wall']:.1f} s, "
+            print(f"- {r['size']} hosts, in the same session: the rollout back with the opt-in strategy "
+                  f"gpufleet.inference.linear instead of ansible.cfg's linear: rc {b['rc']}, wall {b['wall']:.1f} s, "
                   f"controller CPU {b['cpu']:.1f} s = {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s)")
         if r.get("tail"):
             print(f"\n  {r['size']} hosts: output tail:\n```\n{r['tail']}\n```")
@@ -212,7 +212,7 @@ def main() -> int:
                         help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
                              "size (default), every size, or none")
     parser.add_argument("--strategy-baseline", action=argparse.BooleanOptionalAction, default=True,
-                        help="at each size with more hosts than forks, also roll back with ansible.builtin.linear")
+                        help="at each size with more hosts than forks, also roll back with gpufleet.inference.linear")
     args = parser.parse_args()
     results, stop_reason = [], None
     for size in [int(s) for s in args.sizes.split(",") if s]:
