@@ -9,6 +9,7 @@ down afterwards, also on failure.
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -53,6 +54,9 @@ def env_with(extra: dict | None = None) -> dict:
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"
     env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
     env.setdefault("ANSIBLE_CONFIG", str(REPO / "ansible.cfg"))
+    # HOME alone is not enough: ansible-core 2.19 puts a local-connection task's remote tmp in
+    # the real user's home (pwd), e.g. /root/.ansible/tmp for molecule's create and destroy.
+    env.setdefault("ANSIBLE_REMOTE_TMP", str(TEST_HOME / ".ansible" / "tmp"))
     env["ANSIBLE_FORCE_COLOR"] = "0"
     env["PY_COLORS"] = "0"
     env.update(extra or {})
@@ -243,12 +247,35 @@ def layer_conformance() -> Outcome:
 LAYERS["conformance"] = layer_conformance
 
 
+def user_ansible_dirs() -> set[Path]:
+    """The user's own ~/.ansible (HOME's and the passwd entry's) and everything under it."""
+    homes = {Path(os.path.expanduser("~")), Path(pwd.getpwuid(os.getuid()).pw_dir)}
+    found = set()
+    for home in homes:
+        top = home / ".ansible"
+        if top.exists():
+            found.add(top)
+            found.update(top.rglob("*"))
+    return found
+
+
+def home_check(before: set[Path]) -> Outcome:
+    """Fails when the layers left anything new in the user's ~/.ansible."""
+    new = sorted(user_ansible_dirs() - before)
+    if new:
+        listed = ", ".join(str(p) for p in new[:5]) + (" ..." if len(new) > 5 else "")
+        print(f"the tests left new paths in the user's home: {listed}")
+        return Outcome("home", failed=1, note=f"new in ~/.ansible: {listed}")
+    return Outcome("home", passed=1, note="nothing new in the user's ~/.ansible")
+
+
 def main(argv: list[str]) -> int:
     names = list(LAYERS) if argv[:1] in ([], ["all"]) else argv
     unknown = [n for n in names if n not in LAYERS]
     if unknown:
         print(f"unknown layer(s): {', '.join(unknown)}; choose from {', '.join(LAYERS)}")
         return 2
+    home_before = user_ansible_dirs()
     outcomes = []
     for name in names:
         print(f"\n===== layer: {name} =====", flush=True)
@@ -260,6 +287,7 @@ def main(argv: list[str]) -> int:
             outcome = Outcome(name, failed=1, note=f"harness error: {exc}")
         outcome.seconds = time.monotonic() - started
         outcomes.append(outcome)
+    outcomes.append(home_check(home_before))
     print("\n===== summary =====")
     print(f"{'layer':<12} {'passed':>7} {'failed':>7} {'skipped':>8} {'time':>8}  note")
     for o in outcomes:

@@ -28,6 +28,8 @@ HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 LAB_PY = REPO / "tests" / "lab" / "lab.py"
 BUILD = REPO / ".build" / "bench"
+# Ansible's remote tmp for the benchmarks' plays (the lab hosts' and localhost's), outside the user's home.
+BENCH_TMP = Path("/var/tmp/gpufleet-bench/.ansible/tmp")
 LAB = {
     "LAB_NAME": os.environ.get("BENCH_LAB_NAME", "gpfbench"),
     "LAB_NET": os.environ.get("BENCH_LAB_NET", "127.0.8"),
@@ -199,6 +201,8 @@ def ansible_env(extra: dict | None = None) -> dict:
         "ANSIBLE_CALLBACKS_ENABLED": "bench_times",
         "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        # Not the user's ~/.ansible/tmp (where ansible-core 2.19 puts a local task's remote tmp).
+        "ANSIBLE_REMOTE_TMP": str(BENCH_TMP),
     })
     env.update(extra or {})
     return env
