@@ -65,7 +65,7 @@ class ActionModule(ActionBase):
                    "note": "a check run (--check): nothing was changed; the records say what would change"}
             ro.write_json(os.path.join(root, run_id, "run.json"), run)
             return dict(common, run_id=run_id, run_dir=os.path.join(root, run_id), resumed=False, check_mode=True,
-                        fleet=self._fleet(root, hosts), note=run["note"])
+                        note=run["note"])
         with ro.RootLock(root):
             lock = ro.read_json(os.path.join(root, ro.LOCK))
             resumed, note, broken = False, None, None
@@ -104,11 +104,7 @@ class ActionModule(ActionBase):
         if note:
             display.warning(note)
         return dict(common, run_id=run_id, run_dir=os.path.join(root, run_id), resumed=resumed, check_mode=False,
-                    fleet=self._fleet(root, hosts), note=note)
-
-    @staticmethod
-    def _fleet(root, hosts):
-        return dict((host, ro.read_json(os.path.join(root, ro.FLEET, "%s.json" % host))) for host in hosts)
+                    note=note)
 
     # ------------------------------------------------------------------ record
 
@@ -127,7 +123,7 @@ class ActionModule(ActionBase):
         run = args.get("run") or {}
         hostvars = task_vars.get("hostvars") or {}
         alive = set(args.get("alive") or [])
-        apply, failed, lost = [], [], []
+        apply, failed, lost, worker_urls = [], [], [], {}
         for host in args.get("hosts") or []:
             facts = hostvars[host] if host in hostvars else {}
             state = facts.get("rollout_host_state") or {}
@@ -142,16 +138,18 @@ class ActionModule(ActionBase):
                     failure={"msg": "the host left the prepare phase without a result (unreachable, or it failed "
                                     "outside the comparison)"}))
                 continue
+            endpoint = (facts["sglang_drift"].get("prepared") or {}).get("endpoint") or {}
+            if endpoint.get("worker_url"):
+                worker_urls[host] = endpoint["worker_url"]
             record = ro.record_step(run, host, "prepared", dict(
-                drift=facts["sglang_drift"], endpoint=(facts["sglang_drift"].get("prepared") or {}).get("endpoint"),
-                router=args.get("router")))
+                drift=facts["sglang_drift"], endpoint=endpoint or None, router=args.get("router")))
             if record["status"] == "pending":
                 apply.append(host)
         if failed or lost:
-            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost, "prebuilt": [],
+            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost, "prebuilt": [], "worker_urls": worker_urls,
                     "msg": "the prepare phase failed on %s: no host is changed" % ", ".join(failed + lost)}
         prebuilt = self._prebuild(task_vars) if apply and not self._task.check_mode else []
-        return {"apply": apply, "failed_hosts": [], "lost_hosts": [], "prebuilt": prebuilt,
+        return {"apply": apply, "failed_hosts": [], "lost_hosts": [], "prebuilt": prebuilt, "worker_urls": worker_urls,
                 "msg": "%d host(s) to change: %s" % (len(apply), ", ".join(apply) or "none")}
 
     def _prebuild(self, task_vars):

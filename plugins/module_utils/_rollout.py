@@ -300,9 +300,12 @@ def record_step(run, host, step, args):
     root's lock); returns the merged record."""
     if not run.get("run_dir"):
         raise RolloutError("record needs run (the result of state=start)")
-    record = build_record(host, step, args, run)
     root = os.path.dirname(run["run_dir"])
     with RootLock(root):
+        # Where the host was left by any run (read before this step overwrites it): a host a run left
+        # out of the router must change even when its settings are in sync.
+        ledger = read_json(os.path.join(root, FLEET, "%s.json" % host)) if step == "prepared" else None
+        record = build_record(host, step, args, run, ledger)
         path = os.path.join(run["run_dir"], "%s.json" % host)
         merged = dict(read_json(path) or {}, **record)
         merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": iso(), "status": merged["status"]}]
@@ -329,10 +332,11 @@ def update_summary(run, record):
     return summary.get("run") or {}, records
 
 
-def build_record(host, step, args, run):
-    """The record of a host at `step` from that step's values (drift, verified, failure...)."""
+def build_record(host, step, args, run, ledger=None):
+    """The record of a host at `step` from that step's values (drift, verified, failure...);
+    `ledger` is the host's entry in the fleet's ledger (read at step prepared)."""
     drift = args.get("drift") or {}
-    fleet = (run.get("fleet") or {}).get(host) or {}
+    fleet = ledger or {}
     record = {"host": host, "run_id": run.get("run_id")}
     if step == "prepared":
         left_out = fleet.get("in_router") is False

@@ -137,10 +137,6 @@ batches:
   returned: state=start
   type: list
   elements: raw
-fleet:
-  description: The ledger entry of each host (where the last run left it).
-  returned: state=start
-  type: dict
 record:
   description: The host's record after this step (V(record)).
   returned: state=record
@@ -150,6 +146,12 @@ apply:
   returned: state=prepared
   type: list
   elements: str
+worker_urls:
+  description:
+    - The router's worker URL of each host that was compared (V(prepared)), for the capacity guard of each batch.
+  returned: state=prepared
+  type: dict
+  sample: {gpu-1: "http://10.0.0.1:30000"}
 records:
   description: Every host record of the run (V(finish)).
   returned: state=finish

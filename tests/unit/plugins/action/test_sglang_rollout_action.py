@@ -83,7 +83,8 @@ def test_an_interrupted_run_is_resumed_with_its_records(tmp_path, shown):
     again = start(tmp_path)
     assert again["run_id"] == first["run_id"] and again["resumed"]
     assert any("resuming run %s" % first["run_id"] in line for line in shown)
-    assert again["fleet"]["gpu-1"]["in_router"] is False and again["fleet"]["gpu-1"]["step"] == "draining"
+    ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
+    assert ledger["in_router"] is False and ledger["step"] == "draining" and "fleet" not in again
     meta = json.loads((tmp_path / first["run_id"] / "run.json").read_text())
     assert meta["resumes"] and "interrupted" in meta["resumes"][0]["note"]
 
@@ -136,7 +137,10 @@ def test_records_ledger_and_summary_agree_at_every_step(tmp_path, shown):
 
 def test_recovered_and_unchanged_hosts_are_named(tmp_path, shown):
     run = start(tmp_path)
-    run["fleet"] = {"gpu-1": {"run_id": "OLD", "step": "applying", "in_router": False, "at": "t"}}
+    # The ledger as an earlier run left it (a lost host, out of the router), read at step prepared.
+    (tmp_path / "fleet").mkdir(exist_ok=True)
+    (tmp_path / "fleet" / "gpu-1.json").write_text(json.dumps(
+        {"host": "gpu-1", "run_id": "OLD", "step": "applying", "in_router": False, "at": "t"}))
     out = record(run, "prepared", drift=dict(DRIFT, in_sync=True), router=True)
     assert out["record"]["status"] == "pending" and "left out of the router by run OLD" in out["record"]["recovering"]
     done = record(run, "rejoined", drift=dict(DRIFT, invocation_id="new1"), verified=VERIFIED, router=True,
@@ -211,7 +215,8 @@ def test_a_host_lost_mid_change_keeps_the_lock_and_the_same_command_resumes_the_
     (tmp_path / "lock.json").write_text(json.dumps(lock))
     again = start(tmp_path)
     assert again["run_id"] == run["run_id"] and again["resumed"], again
-    assert again["fleet"]["gpu-1"]["in_router"] is False and again["fleet"]["gpu-1"]["failed_step"] == "applying"
+    ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
+    assert ledger["in_router"] is False and ledger["failed_step"] == "applying"
     record(again, "prepared", drift=DRIFT)
     assert "left out of the router by run %s" % run["run_id"] in json.loads(
         (tmp_path / run["run_id"] / "gpu-1.json").read_text())["recovering"]
@@ -427,3 +432,24 @@ def test_prepared_sends_no_host_when_one_failed_or_was_lost(tmp_path, shown, bui
     lost = json.loads((tmp_path / "other" / lost_run["run_id"] / "gpu-3.json").read_text())
     assert lost["status"] == "failed" and lost["connection_lost"] is False, lost
     assert "without a result" in lost["error"] and "nothing on the host had changed" in lost["outcome"]
+
+
+def test_prepared_reads_the_ledger_and_names_each_host_s_worker(tmp_path, shown, built):
+    """A host in sync that an earlier run left out of the router (the fleet's ledger, read at this
+    step, not handed from the start) still changes; every compared host's worker URL is returned for
+    the capacity guard, also that of a host in sync."""
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "fleet" / "gpu-2.json").write_text(json.dumps(
+        {"host": "gpu-2", "run_id": "OLD", "step": "draining", "in_router": False, "at": "t"}))
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
+    assert "fleet" not in run  # the ledger is not carried in every host's arguments
+    endpoint = dict((h, {"url": "http://%s:30000" % h, "worker_url": "http://%s:30000" % h}) for h in run["hosts"])
+    hostvars = dict((h, {"sglang_drift": dict(DRIFT, in_sync=True, prepared={"endpoint": endpoint[h]})})
+                    for h in run["hosts"])
+    out = prepared(run, hostvars)
+    assert out["apply"] == ["gpu-2"], out
+    assert out["worker_urls"] == dict((h, endpoint[h]["worker_url"]) for h in run["hosts"])
+    record = json.loads((tmp_path / run["run_id"] / "gpu-2.json").read_text())
+    assert record["status"] == "pending" and "left out of the router by run OLD" in record["recovering"]
+    ledger = json.loads((tmp_path / "fleet" / "gpu-2.json").read_text())
+    assert ledger["run_id"] == run["run_id"] and ledger["step"] == "prepared"  # rewritten after it was read
