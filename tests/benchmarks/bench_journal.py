@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from benchlib import BENCH_TMP
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 UNIT = "gpf-bench-journal.service"
@@ -73,7 +75,8 @@ def main() -> int:
     addr = hvars["ansible_host"]
     port = 30999
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build" / "collections"))
+               ANSIBLE_COLLECTIONS_PATH=str(REPO / ".build" / "collections"),
+               ANSIBLE_HOME=str(BENCH_TMP.parent), ANSIBLE_REMOTE_TMP=str(BENCH_TMP))  # not the user's ~/.ansible
     exec_start = (f"/opt/sglang/venv/bin/python -m sglang.launch_server --model-path m --tp-size 8 "
                   f"--host {addr} --port {port} --speculative-algorithm DFLASH "
                   f"--speculative-draft-model-path d --speculative-num-draft-tokens 16 "

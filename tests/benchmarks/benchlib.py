@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
 LAB_PY = REPO / "tests" / "lab" / "lab.py"
 BUILD = REPO / ".build" / "bench"
-# Ansible's remote tmp for the benchmarks' plays (the lab hosts' and localhost's), outside the user's home.
+# Ansible's home and remote tmp for the benchmarks' plays (lab hosts and localhost), outside the user's home.
 BENCH_TMP = Path("/var/tmp/gpufleet-bench/.ansible/tmp")
 LAB = {
     "LAB_NAME": os.environ.get("BENCH_LAB_NAME", "gpfbench"),
@@ -201,7 +201,9 @@ def ansible_env(extra: dict | None = None) -> dict:
         "ANSIBLE_CALLBACKS_ENABLED": "bench_times",
         "ANSIBLE_NOCOLOR": "1", "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        # Not the user's ~/.ansible/tmp (where ansible-core 2.19 puts a local task's remote tmp).
+        # Not the user's ~/.ansible: Ansible's home (it creates it at start) and a local task's remote tmp
+        # (ansible-core 2.19 puts that in the passwd home, whatever HOME says).
+        "ANSIBLE_HOME": str(BENCH_TMP.parent),
         "ANSIBLE_REMOTE_TMP": str(BENCH_TMP),
     })
     env.update(extra or {})
