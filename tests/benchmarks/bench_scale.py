@@ -15,11 +15,13 @@ batch's start and the next play's start (bench_times callback: ansible-playbook'
 children included once reaped), divided by the batch's hosts.
 
 Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_interval 0.02) and
-forks = the largest batch (at least 10), as README recommends for real fleets. Baseline in the same
-session (--baseline first|all|none): the rollout back with Ansible's default internal_poll_interval
-(0.001 s), at the first size by default; and at each size with more hosts than forks (the prepare
-phase then queues hosts while every worker is busy) the rollout back with the opt-in strategy
-gpufleet.inference.linear instead of ansible.cfg's linear (--no-strategy-baseline: not).
+forks = the rollout's hosts (at least 10), as README recommends for real fleets: the prepare phase runs
+every host at once. Baselines in the same session: the rollout back with Ansible's default
+internal_poll_interval (0.001 s), at the first size by default (--baseline first|all|none); at each
+size whose largest batch is smaller than its forks, the rollout back with forks = the largest batch (at
+least 10; README's advice before run 6) (--no-batch-forks-baseline: not); and at each size with more
+hosts than forks (--forks N; the prepare phase then queues hosts while every worker is busy) the
+rollout back with the opt-in strategy gpufleet.inference.linear (--no-strategy-baseline: not).
 
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
@@ -29,6 +31,7 @@ A size whose lab does not boot, or whose rollout fails, ends the series; where a
 
 Usage: .venv/bin/python tests/benchmarks/bench_scale.py [--sizes 8,16,32,64] [--load 4] [--settle 2]
        [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none] [--no-strategy-baseline]
+       [--no-batch-forks-baseline]
 """
 from __future__ import annotations
 
@@ -64,8 +67,13 @@ def default_poll_config() -> str:
 
 
 def forks_for(size, args) -> int:
-    """ansible forks: --forks, else the largest batch (25 % of the hosts, as README recommends), at least 10."""
-    return args.forks or max(10, math.ceil(size * 0.25))
+    """ansible forks: --forks, else the rollout's hosts (as README recommends), at least 10."""
+    return args.forks or max(10, size)
+
+
+def batch_forks(size) -> int:
+    """The largest batch of the default batches (25 % of the hosts), at least 10: the baseline's forks."""
+    return max(10, math.ceil(size * 0.25))
 
 
 def measure(size, args, env) -> dict:
@@ -124,8 +132,18 @@ def measure(size, args, env) -> dict:
         back = bl.rollout({"rollout_strategy": "gpufleet.inference.linear"}, env=env)
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         linear = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
+    fewer = None
+    if args.batch_forks_baseline and run.rc == 0 and batch_forks(size) < forks_for(size, args) and \
+            all(b is None or b["rc"] == 0 for b in (baseline, linear)):
+        # The same rollout back with forks = the largest batch: the prepare phase queues hosts for the workers.
+        window_back = bl.next_window()
+        bl.write_group_vars(bl.server_settings(window_back, **settings))
+        bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (forks {batch_forks(size)})")
+        back = bl.rollout(env=dict(env, ANSIBLE_FORKS=str(batch_forks(size))))
+        bl.set_fleet_window(window_back if back.rc == 0 else None)
+        fewer = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu, "forks": batch_forks(size)}
     return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user, "baseline": baseline,
-            "linear": linear,
+            "linear": linear, "fewer_forks": fewer,
             "cpu_sys": run.cpu_sys, "ssh_masters": bl.master_delta(masters_before, masters_after),
             "batches": batches, "restarted": restarted, "unreachable": unreachable, "failed": failed,
             "prepare_wall": prepare_wall, "prepare_cpu": prepare_cpu, "mem_before": mem_before,
@@ -134,7 +152,7 @@ def measure(size, args, env) -> dict:
 
 def report(results, stop_reason, args):
     print(f"### P5 scale (tp {args.tp}, load {args.load:g} s + import {args.import_seconds:g} s, settle {args.settle:g} s,"
-          f" default batches, router, ansible forks: {args.forks or 'the largest batch, at least 10'},"
+          f" default batches, router, ansible forks: {args.forks or 'the hosts, at least 10'},"
           f" this checkout's ansible.cfg: internal_poll_interval 0.02, pipelining)\n")
     rows = []
     base = None
@@ -178,6 +196,11 @@ def report(results, stop_reason, args):
             print(f"- {r['size']} hosts, in the same session: the rollout back with the opt-in strategy "
                   f"gpufleet.inference.linear instead of ansible.cfg's linear: rc {b['rc']}, wall {b['wall']:.1f} s, "
                   f"controller CPU {b['cpu']:.1f} s = {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s)")
+        if r.get("fewer_forks"):
+            b = r["fewer_forks"]
+            print(f"- {r['size']} hosts, in the same session: the rollout back with forks {b['forks']} (the largest "
+                  f"batch) instead of {r['forks']}: rc {b['rc']}, wall {b['wall']:.1f} s, controller CPU {b['cpu']:.1f} s "
+                  f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s)")
         if r.get("tail"):
             print(f"\n  {r['size']} hosts: output tail:\n```\n{r['tail']}\n```")
     if stop_reason:
@@ -207,7 +230,10 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=2.0)
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--import-seconds", type=float, default=4.0)
-    parser.add_argument("--forks", type=int, help="ANSIBLE_FORKS (default: the largest batch, at least 10)")
+    parser.add_argument("--forks", type=int, help="ANSIBLE_FORKS (default: the hosts, at least 10)")
+    parser.add_argument("--batch-forks-baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="at each size whose largest batch is under its forks, also roll back with forks = the "
+                             "largest batch (at least 10)")
     parser.add_argument("--baseline", default="first", choices=["first", "all", "none"],
                         help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
                              "size (default), every size, or none")
