@@ -336,10 +336,10 @@ def build_record(host, step, args, run, ledger=None):
     """The record of a host at `step` from that step's values (drift, verified, failure...);
     `ledger` is the host's entry in the fleet's ledger (read at step prepared)."""
     drift = args.get("drift") or {}
-    fleet = ledger or {}
+    ledger = ledger or {}
     record = {"host": host, "run_id": run.get("run_id")}
     if step == "prepared":
-        left_out = fleet.get("in_router") is False
+        left_out = ledger.get("in_router") is False
         if run.get("check_mode"):
             status = "in sync" if drift.get("in_sync") and not left_out else "would change"
         elif drift.get("in_sync") and not left_out:
@@ -354,8 +354,8 @@ def build_record(host, step, args, run, ledger=None):
         if left_out:
             record["recovering"] = ("left out of the router by run %s at step %s (%s); it is brought to the "
                                     "intended settings, verified and put back" % (
-                                        fleet.get("run_id"), fleet.get("failed_step") or fleet.get("step"),
-                                        fleet.get("at")))
+                                        ledger.get("run_id"), ledger.get("failed_step") or ledger.get("step"),
+                                        ledger.get("at")))
         return record
     if step in STEPS:
         in_router, runs, status = STEPS[step]

@@ -23,8 +23,10 @@ description:
     whichever run left it) and C(<run dir>/summary.json), atomically and under a lock, so the summary always agrees
     with the host files. It sets the fact C(rollout_host_state).
   - V(prepared) records every host of the prepare phase in one task (run once) from each host's C(sglang_drift) and
-    C(sglang_endpoint) facts, and returns RV(apply) - the hosts that must change, in the order of O(hosts) - or no
-    host when one of them failed (its C(rollout_host_state) says so) or left the prepare phase without a result.
+    C(sglang_endpoint) facts and its entry in the fleet's ledger (read before it is rewritten - a host an earlier run
+    left out of the router changes even when in sync), and returns RV(apply) - the hosts that must change, in the
+    order of O(hosts) - or no host when one of them failed (its C(rollout_host_state) says so) or left the prepare
+    phase without a result; and RV(worker_urls) for the capacity guard.
   - V(capacity) reads the router's workers and their health and fails, naming the unhealthy hosts, when taking
     O(leaving) out would leave fewer than O(min_healthy) healthy workers of the group, after waiting
     O(capacity_wait) seconds for capacity to come back.
