@@ -49,7 +49,7 @@ ARGUMENT_SPEC = dict(
         unit=dict(type="str", required=True),
         journald=dict(type="str", required=True),
     )),
-    secret_files=dict(type="list", elements="dict", default=[], no_log=True),
+    secret_files=dict(type="list", elements="dict", no_log=True),
     receipt_dir=dict(type="str", required=True),
     last_good_dir=dict(type="str", required=True),
     prompt=dict(type="str", required=True),
@@ -91,10 +91,12 @@ class ActionModule(ActionBase):
             result["failed"] = True
         return result
 
-    def _role_argument_errors(self, entry_point, task_vars):
+    def _role_argument_errors(self, entry_point, task_vars, settings):
         """The role's variables checked against one entry point of its argument spec, as the task
         Ansible puts in front of an entry point would (for a tasks file that is not one: one task
-        instead of two). The spec is plain YAML, parsed with libyaml (2.4 ms here; Ansible's loader 18 ms)."""
+        instead of two). The spec is plain YAML, parsed with libyaml (2.4 ms here; Ansible's loader 18 ms).
+        A variable that `settings` holds (keys are the role's variable names) is checked with the value
+        this task's arguments templated already; only the others are templated here (each costs ~0.5 ms)."""
         role = getattr(self._task, "_role", None)
         if role is None:
             raise AnsibleActionFail("sglang_compare: role_argument_spec needs the task to be in a role")
@@ -105,7 +107,9 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_compare: the role has no entry point %r in meta/argument_specs.yml"
                                     % entry_point)
         options = spec.get("options") or {}
-        provided = self._templar.template(dict((name, task_vars[name]) for name in options if name in task_vars))
+        provided = self._templar.template(dict((name, task_vars[name]) for name in options
+                                               if name in task_vars and name not in settings))
+        provided.update((name, settings[name]) for name in options if name in settings)
         validated = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
         return validated.error_messages
 
@@ -121,7 +125,7 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         if args["role_argument_spec"]:
-            errors = self._role_argument_errors(args["role_argument_spec"], task_vars)
+            errors = self._role_argument_errors(args["role_argument_spec"], task_vars, args["settings"])
             if errors:
                 result.update(failed=True, step="validate", argument_errors=errors,
                               msg="%s: the role's variables are not valid (nothing on the host was asked or "
@@ -168,8 +172,10 @@ class ActionModule(ActionBase):
         unit_text = self._render(args["templates"]["unit"], task_vars, values)
         journald_text = self._render(args["templates"]["journald"], task_vars, values)
 
-        # 4. The host against the intent (changes nothing).
+        # 4. The host against the intent (changes nothing). The config file with the API key comes from the
+        # settings unless the task names its secret files (no template and no filter plugin for it per host).
         api_key = settings.get("sglang_api_key") or None
+        secret_files = args["secret_files"] if args["secret_files"] is not None else _args.secret_files(settings)
         drift_args = dict(
             unit=settings["sglang_unit_name"], url=endpoint["url"], receipt_dir=args["receipt_dir"],
             last_good_dir=args["last_good_dir"],
@@ -177,15 +183,19 @@ class ActionModule(ActionBase):
             files=[dict(path=args["paths"]["unit"], content=unit_text, mode="0644", owner="root", group="root"),
                    dict(path=args["paths"]["journald"], content=journald_text, mode="0644", owner="root",
                         group="root", restart_on_change=False)],
-            secret_files=args["secret_files"], expect=intent["expect"], config_line=intent["config_line"],
+            secret_files=secret_files, expect=intent["expect"], config_line=intent["config_line"],
             command=intent["command"], environment=intent["environment"], server_info=server_info,
             prompt=args["prompt"], max_new_tokens=args["max_new_tokens"])
         if api_key:
             drift_args["api_key"] = api_key
         drift = self._module(DRIFT_MODULE, drift_args, task_vars)
         result.update(drift)
+        # What the host's later steps need besides the secrets (the config file's content is never here).
+        config = _args.config_file(settings)
         prepared = dict(version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
-                        endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text)
+                        endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text,
+                        paths=dict(args["paths"]), config_file=config,
+                        unit_files=[args["paths"]["unit"]] + ([config["path"]] if config else []))
         result["prepared"] = prepared
         if drift.get("failed"):
             result["step"] = "drift"

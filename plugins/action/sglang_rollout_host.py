@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.inference.plugins.action.sglang_ready import (
     reset_connection,
     wait_in_slices,
 )
+from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
@@ -86,7 +87,7 @@ ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),
     intent=dict(type="dict", required=True),
     files=dict(type="list", elements="dict", required=True),
-    secret_files=dict(type="list", elements="dict", default=[], no_log=True),
+    secret_files=dict(type="list", elements="dict", no_log=True),
     journald=dict(type="dict", default={}),
     accounts=dict(type="dict", default={}),
     last_good=dict(type="dict", required=True),
@@ -166,6 +167,8 @@ class ActionModule(ActionBase):
         if self._task.check_mode:
             result.update(skipped=True, changed=False, msg="check mode: a rollout's check run changes no host")
             return result
+        if args["secret_files"] is None:
+            args["secret_files"] = self._secret_files(args)
         self._run = args["run"]
         self._drift = args["drift"]
         self._router_args = dict(args.get("router") or {})
@@ -183,6 +186,19 @@ class ActionModule(ActionBase):
         result.update(outcome)
         result["changed"] = self._changed
         return result
+
+    @staticmethod
+    def _secret_files(args):
+        """The config file with the API key, from what the prepare phase found (drift.prepared.config_file:
+        path, mode, owner, group - never the content) and the key the wait probes with (wait.api_key)."""
+        meta = (args["drift"].get("prepared") or {}).get("config_file")
+        if not meta:
+            return []
+        api_key = args["wait"].get("api_key")
+        if api_key in (None, ""):
+            raise AnsibleActionFail("sglang_rollout_host: drift.prepared names an SGLang config file (%s) but "
+                                    "wait.api_key is empty: the API key is needed to write it" % meta.get("path"))
+        return [dict(meta, content=_args.config_file_text({"sglang_api_key": api_key}))]
 
     def _critical_path(self, args, recovering):
         drift = self._drift

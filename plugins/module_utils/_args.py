@@ -484,6 +484,22 @@ def config_file_text(settings):
     return 'api-key: "%s"\n' % "".join(quoted)
 
 
+def config_file(settings):
+    """The SGLang config file as the unit's files hold it, without its content: {path, mode, owner,
+    group}; None without an API key (no config file then)."""
+    if settings.get("sglang_api_key") in (None, ""):
+        return None
+    return {"path": config_file_path(settings), "mode": "0640", "owner": "root",
+            "group": settings.get("sglang_group") or "root"}
+
+
+def secret_files(settings):
+    """The unit's files that hold secrets (sglang_unit_files' secret_files): the SGLang config file
+    with the API key, or none. The role's __sglang_secret_files is the same list (a unit test pins it)."""
+    meta = config_file(settings)
+    return [dict(meta, content=config_file_text(settings))] if meta else []
+
+
 def build_command(settings, version):
     """The full command of the unit: interpreter, entrypoint, args (no API key)."""
     args = build_args(settings, version)

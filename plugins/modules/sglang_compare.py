@@ -57,10 +57,13 @@ options:
     type: dict
     required: true
   secret_files:
-    description: Files holding secrets (M(gpufleet.inference.sglang_drift) O(gpufleet.inference.sglang_drift#module:secret_files)).
+    description:
+      - Files holding secrets (M(gpufleet.inference.sglang_drift) O(gpufleet.inference.sglang_drift#module:secret_files)).
+      - When not given, the SGLang config file that holds C(sglang_api_key), derived from O(settings) (path
+        C(sglang_config_file), mode C(0640), owner C(root), group C(sglang_group)); none without an API key. This is
+        the role's C(__sglang_secret_files).
     type: list
     elements: dict
-    default: []
   receipt_dir:
     description: M(gpufleet.inference.sglang_drift) O(gpufleet.inference.sglang_drift#module:receipt_dir).
     type: str
@@ -109,7 +112,9 @@ verdict:
 prepared:
   description:
     - C(version), C(version_source), C(endpoint) (C(url), C(worker_url)), C(intent) (C(expect), C(config_line),
-      C(command), C(environment)), C(unit_text) and C(journald_text) (the rendered files).
+      C(command), C(environment)), C(unit_text) and C(journald_text) (the rendered files), C(paths) (O(paths)),
+      C(config_file) (the SGLang config file's C(path), C(mode), C(owner) and C(group), never its content; null
+      without an API key) and C(unit_files) (the paths a last-known-good copy keeps).
   returned: when the comparison ran
   type: dict
 preflight:

@@ -99,6 +99,10 @@ options:
     description:
       - Files holding secrets (M(gpufleet.inference.sglang_unit_files)
         O(gpufleet.inference.sglang_unit_files#module:secret_files)).
+      - When not given, the SGLang config file named by O(drift)'s C(prepared.config_file) (what
+        M(gpufleet.inference.sglang_compare) found, without the content), holding the API key of O(wait)
+        (C(api_key)); none when C(prepared.config_file) is null. Fails before any step when a config file is named
+        but C(wait.api_key) is empty.
     type: list
     elements: dict
   journald:

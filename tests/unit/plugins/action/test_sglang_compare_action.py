@@ -163,6 +163,46 @@ def test_the_api_key_goes_to_the_drift_check_and_nowhere_in_the_result():
     assert "--api-key" not in drift_args["command"]
 
 
+def test_without_secret_files_the_config_file_comes_from_the_settings_and_only_its_path_is_prepared():
+    host = Host(sglang_drift=[IN_SYNC])
+    args = dict(settings=dict(SETTINGS, sglang_api_key="k3y-s3cret"), version="0.5.23")
+    out = compare(host, **args)
+    # compare() passes secret_files=[]: given, they are used as given (none here)
+    assert host.calls[0][1]["secret_files"] == []
+    host = Host(sglang_drift=[IN_SYNC])
+    out = compare(host, secret_files=None, **args)
+    config = {"path": "/etc/sglang/sglang.yaml", "mode": "0640", "owner": "root", "group": "sglang"}
+    assert host.calls[0][1]["secret_files"] == [dict(config, content='api-key: "k3y-s3cret"\n')]
+    assert out["prepared"]["config_file"] == config
+    assert out["prepared"]["unit_files"] == [UNIT, "/etc/sglang/sglang.yaml"]
+    assert out["prepared"]["paths"] == {"unit": UNIT, "journald": JOURNALD}
+    assert "k3y-s3cret" not in repr(out)
+    # no API key: no config file, and only the unit is kept as last-known-good
+    host = Host(sglang_drift=[IN_SYNC])
+    out = compare(host, secret_files=None, settings=dict(SETTINGS), version="0.5.23")
+    assert host.calls[0][1]["secret_files"] == []
+    assert out["prepared"]["config_file"] is None and out["prepared"]["unit_files"] == [UNIT]
+
+
+def test_the_derived_secret_files_are_the_roles_own_secret_files():
+    # One shape for the config file: the role's __sglang_secret_files (apply, revert) and the actions' derivation.
+    from pathlib import Path
+
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar
+
+    role = yaml.safe_load((Path(__file__).resolve().parents[4] / "roles" / "sglang" / "vars" / "main.yml").read_text())
+    for key in ("", 'k"3y\U0001F600', "plain"):
+        settings = dict(SETTINGS, sglang_api_key=key, sglang_group="inference")
+        variables = dict(settings, **dict((name, trust_as_template(value) if isinstance(value, str) else value)
+                                          for name, value in role.items()))
+        templar = Templar(loader=DataLoader(), variables=variables)
+        assert templar.template(trust_as_template("{{ __sglang_secret_files }}")) == _args.secret_files(settings)
+        assert templar.template(trust_as_template("{{ __sglang_unit_files }}")) == (
+            ["/etc/systemd/system/sglang.service"] + (["/etc/sglang/sglang.yaml"] if key else []))
+
+
 def test_settings_without_the_roles_keys_are_refused():
     settings = dict(SETTINGS)
     del settings["sglang_python"]
@@ -179,7 +219,7 @@ def test_a_host_lost_during_the_argument_check_is_unreachable():
 
 # ------------------------------------------------------------------ the role's variables (tasks/compare.yml)
 
-def compare_in_role(host, variables):
+def compare_in_role(host, variables, over_settings=None):
     """The action as the role's tasks/compare.yml runs it: a real loader and templar, the role's own
     argument spec and defaults, `variables` over them (inventory values, possibly templated)."""
     from pathlib import Path
@@ -190,17 +230,25 @@ def compare_in_role(host, variables):
     from ansible.template import Templar
 
     role_path = Path(__file__).resolve().parents[4] / "roles" / "sglang"
-    task_vars = yaml.safe_load((role_path / "defaults" / "main.yml").read_text())
+    # The role's files are trusted templates (as Ansible loads them); inventory values below as given.
+    task_vars = dict((key, trust_as_template(value) if isinstance(value, str) else value)
+                     for key, value in yaml.safe_load((role_path / "defaults" / "main.yml").read_text()).items())
     task_vars.update(dict(inventory_hostname="gpu-1", sglang_model_path="/models/Kimi-K2.6"), **variables)
-    args = dict(settings=dict(SETTINGS), version="", address="10.0.0.7", worker_url="",
+    loader = DataLoader()
+    templar = Templar(loader=loader, variables=task_vars)
+    # The task's `settings: "{{ __sglang_settings }}"`, templated as Ansible templates the task's arguments.
+    raw = yaml.safe_load((role_path / "vars" / "main.yml").read_text())["__sglang_settings"]
+    settings = templar.template(dict((key, trust_as_template(value)) for key, value in raw.items()))
+    settings.update(over_settings or {})
+    args = dict(settings=settings, version="", address="10.0.0.7", worker_url="",
                 templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
                 paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
                 last_good_dir="/var/lib/l", prompt="The capital of France is", max_new_tokens=16,
                 role_argument_spec="drift")
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
     action._task._role = MagicMock(_role_path=str(role_path))
-    action._loader = DataLoader()
-    action._templar = Templar(loader=action._loader, variables=task_vars)
+    action._loader = loader
+    action._templar = templar
     action._execute_module = host
     action._render = lambda template, task_vars, values: "%s for %s" % (template, values["__sglang_version"])
     return action.run(task_vars=task_vars)
@@ -227,6 +275,20 @@ def test_invalid_role_variables_fail_naming_them_before_the_host_is_asked_anythi
     assert named in out["msg"] and any(named in error for error in out["argument_errors"]), out
     assert out["msg"].startswith("gpu-1: the role's variables are not valid"), out["msg"]
     assert host.calls == []  # the host was asked nothing
+
+
+def test_a_setting_is_checked_with_the_value_the_tasks_arguments_templated_not_templated_again():
+    # settings (the task's arguments) hold the role's variables templated once; the check reads them
+    # there. A value that only the arguments hold is the one checked (and named when it is wrong).
+    host = Host()
+    out = compare_in_role(host, {}, over_settings={"sglang_tp_size": "eight"})
+    assert out["failed"] and out["step"] == "validate", out
+    assert any("sglang_tp_size" in error for error in out["argument_errors"]), out
+    assert host.calls == []
+    # The variables that settings does not hold are still templated and checked.
+    out = compare_in_role(Host(), {"sglang_ready_timeout": trust_as_template("{{ 'soon' }}")},
+                          over_settings={"sglang_tp_size": 8})
+    assert out["failed"] and any("sglang_ready_timeout" in error for error in out["argument_errors"]), out
 
 
 def test_role_argument_spec_outside_a_role_or_of_an_unknown_entry_point_is_an_error():

@@ -300,3 +300,42 @@ def test_an_install_that_writes_nothing_restarts_nothing(tmp_path, shown, monkey
     result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch)
     assert not result.get("failed") and host.names() == ["sglang_unit_files", "sglang_ready", "sglang_last_good"]
     assert "after_invocation" not in host.calls[1][1] and record["status"] == "unchanged (verified)"
+
+
+# ------------------------------------------------------------------ the config file (API key) without a template
+
+CONFIG = {"path": "/etc/sglang/sglang.yaml", "mode": "0640", "owner": "root", "group": "sglang"}
+
+
+def test_the_config_file_is_written_from_the_prepared_path_and_the_waits_api_key(tmp_path, shown, monkeypatch):
+    # drift.prepared names the config file (no content); the key comes from wait.api_key.
+    host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])], sglang_ready=[PASS],
+                sglang_last_good=[{"changed": True, "exists": True}])
+    the_drift = drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG})
+    wait = {"url": "http://gpu-1:30000", "api_key": 'k"ey\U0001F600', "timeout": 600, "min_ready_seconds": 10}
+    result, record = act(tmp_path, host, Router(), the_drift=the_drift, monkeypatch=monkeypatch, wait=wait)
+    assert not result.get("failed"), result
+    installed = host.calls[0][1]
+    assert installed["secret_files"] == [dict(CONFIG, content='api-key: "k\\"ey\\U0001f600"\n')]
+    assert 'k"ey' not in json.dumps(record) and "api-key" not in json.dumps(result)
+
+
+def test_given_secret_files_are_used_as_given_and_none_without_a_prepared_config_file(tmp_path, shown, monkeypatch):
+    given = [dict(CONFIG, content="api-key: \"given\"\n")]
+    host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])], sglang_ready=[PASS])
+    the_drift = drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG})
+    act(tmp_path, host, Router(), the_drift=the_drift, monkeypatch=monkeypatch, secret_files=given,
+        wait={"url": "http://gpu-1:30000", "api_key": "other", "timeout": 600})
+    assert host.calls[0][1]["secret_files"] == given
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS])
+    act(tmp_path / "b", host, Router(), monkeypatch=monkeypatch)  # drift() has no prepared.config_file
+    assert host.calls[0][1]["secret_files"] == []
+
+
+def test_a_prepared_config_file_without_an_api_key_fails_before_anything(tmp_path, shown, monkeypatch):
+    from ansible.errors import AnsibleActionFail
+    host = Host()
+    router = Router()
+    with pytest.raises(AnsibleActionFail, match="names an SGLang config file .* wait.api_key is empty"):
+        act(tmp_path, host, router, the_drift=drift(prepared={"config_file": CONFIG}), monkeypatch=monkeypatch)
+    assert host.calls == [] and router.calls == []
