@@ -138,7 +138,8 @@ class ActionModule(ActionBase):
 
     def _router(self, state, **extra):
         params = dict(router_url=self._router_args["url"], worker_url=self._router_args["worker_url"], state=state,
-                      api_key=self._router_args.get("api_key") or None, worker_api_key=None, drain_timeout=600,
+                      api_key=self._router_args.get("api_key") or None, worker_api_key=self._worker_key,
+                      drain_timeout=600,
                       wait_healthy=True, timeout=300, request_timeout=10.0, validate_certs=True)
         params.update(extra)
         try:
@@ -172,6 +173,11 @@ class ActionModule(ActionBase):
         self._run = args["run"]
         self._drift = args["drift"]
         self._router_args = dict(args.get("router") or {})
+        # The server's own key (sglang_api_key): the drain reads the worker's load with it, and the worker
+        # goes back into the router with it - the router calls a worker with the key it was added with
+        # (its health check, /health, needs none: without the key it would list the worker healthy
+        # while every request it forwards is refused).
+        self._worker_key = args["wait"].get("api_key") or None
         self._use_router = bool(self._router_args.get("url"))
         self._progress = boolean(args["wait"].get("progress", True), strict=False)
         self._changed = False

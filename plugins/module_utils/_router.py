@@ -182,6 +182,7 @@ class WorkerLoad(object):
         Raises RouterError when the worker answers but none of the endpoints gives a count.
         """
         tried = []
+        refused = []
         for path in ([self.signal] if self.signal else self.SIGNALS):
             resp = self.http.get(path)
             if resp.status is None:
@@ -190,8 +191,9 @@ class WorkerLoad(object):
                     return 0, "refused"
                 raise RouterError("reading the load of %s%s: %s" % (self.base, path, resp.describe()))
             if resp.status == 401:
-                raise RouterError("reading the load of %s%s: HTTP 401; the worker runs with --api-key, "
-                                  "set worker_api_key" % (self.base, path))
+                # The key is missing or not this process's (a rotation): /metrics is open without one.
+                refused.append(path)
+                continue
             count = None
             if resp.status == 200:
                 count = parse_metrics(resp.text) if path == "/metrics" else parse_loads(resp.json())
@@ -200,6 +202,13 @@ class WorkerLoad(object):
                 return count, path
             tried.append("%s: %s" % (path, resp.describe()[:120]))
         self.signal = None
+        if refused:
+            raise RouterError(
+                "reading the load of %s: HTTP 401 on %s; the worker runs with --api-key and %s. Set worker_api_key "
+                "to the key the RUNNING process has, or run it with --enable-metrics (/metrics needs no key)%s" % (
+                    self.base, ", ".join(refused),
+                    "this key was refused" if self.http.api_key else "no worker_api_key was given",
+                    " (tried %s)" % "; ".join(tried) if tried else ""))
         raise RouterError("no in-flight request count from %s (tried %s)" % (self.base, "; ".join(tried)))
 
 
@@ -284,6 +293,11 @@ class WorkerManager(object):
             result["workers"] = [w for w in before if w["url"] != worker_url]
             return result
         state = {"workers": before}
+        if entry is not None and self.load is not None and drain_timeout > 0:
+            # The drain must be able to count the worker's requests: find out BEFORE the router forgets
+            # the worker (and the key it was added with). A worker that refuses the key raises here,
+            # with the router unchanged.
+            self.load.read()
         if entry is not None:
             self.router.remove(entry["id"], worker_url)
 

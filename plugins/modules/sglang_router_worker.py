@@ -47,7 +47,9 @@ options:
   state:
     description:
       - V(present) adds the worker when the router does not list it.
-      - V(absent) removes it when listed and then waits for it to drain (see O(drain_timeout)).
+      - V(absent) removes it when listed and then waits for it to drain (see O(drain_timeout)). Before the removal it
+        reads the worker's load once; when that fails (for example a worker that refuses O(worker_api_key)), the task
+        fails and the router is left as it was.
     type: str
     choices: [present, absent]
     default: present

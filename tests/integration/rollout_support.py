@@ -59,6 +59,7 @@ DEPLOY = """
       gpufleet.inference.sglang_router_worker:
         router_url: "{{ sglang_router_url }}"
         worker_url: "http://{{ sglang_host }}:{{ sglang_port | default(30000) }}"
+        worker_api_key: "{{ sglang_api_key | default(omit, true) }}"
         state: present
       when: join_router | default(false) | bool and sglang_router_url | default('') | length > 0
 """

@@ -233,6 +233,85 @@ def test_rollout_through_the_router_drops_no_request(clean_fleet, router_clean, 
               f"{len(during)} router snapshots without it)")
 
 
+def generate(url: str, api_key: str | None = None) -> tuple[int, str]:
+    """(HTTP status, who answered) of one POST /generate (the simulator names its worker)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    resp = requests.post(f"{url}/generate", headers=headers, timeout=60, json={
+        "text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}})
+    body = resp.json() if resp.status_code == 200 else {}
+    return resp.status_code, body.get("meta_info", {}).get("sim_worker") or resp.text[:120]
+
+
+def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
+        clean_fleet, router_clean, fleet_inv, lab_hosts, state_of, tmp_path):
+    """Servers with sglang_api_key behind the router. The router calls a worker with the key it was
+    given when the worker was added; its health check (/health) is open without one. Found in review:
+    the rollout drained each host without the key (/v1/loads answers 401: the rollout stopped at the
+    canary) and put it back without its key (the router would list it healthy and forward requests
+    that are refused). Now it drains and re-adds each worker with the server's key. A key rotation:
+    the running process refuses the new key, so without /metrics (open without a key) the drain
+    cannot count in-flight requests - the rollout stops at the canary before changing it, naming the
+    remedy; with --enable-metrics the rotation goes through. No key is printed or recorded."""
+    router = router_clean
+    hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
+    two = lab_hosts[:2]
+    limit = ",".join(h["name"] for h in two)
+    direct = {h["name"]: f"http://{h['address']}:30000" for h in two}
+    served_by = {f"{h['address']}:30000" for h in two}
+    old_key, new_key = "gpfOldKeyR7Tq", "gpfNewKeyW3Zm"
+    metrics = {"--enable-metrics": True}
+
+    def through_router(what):
+        answers = [generate(router) for _i in range(8)]
+        assert all(status == 200 for status, _who in answers), (what, answers)
+        assert {who for _s, who in answers} == served_by, (what, answers)
+
+    def roll(name, window, key, extra_args=None):
+        set_vars(sglang_speculative_draft_window_size=window, sglang_api_key=key, sglang_extra_args=extra_args or {})
+        results = tmp_path / f"results-{name}"
+        run = ansible_playbook(hosts_yml, "playbooks/rollout.yml",
+                               {"rollout_results_dir": str(results), "rollout_batches": [1]},
+                               limit=f"{limit},localhost")
+        for text in [run.out] + [path.read_text() for path in results.rglob("*.json")]:
+            assert old_key not in text and new_key not in text, name
+        records = Records(results)
+        return run, assert_records_consistent(records, records.only_run())
+
+    set_vars(sglang_speculative_draft_window_size=1024, sglang_api_key=old_key)
+    deploy(limit=limit, join_router=True)
+    through_router("deployed")
+
+    # A change with the same key: drained and re-added with it; the router still calls both.
+    run, recs = roll("change", 2048, old_key)
+    assert run.rc == 0, run.out[-5000:]
+    assert [recs[h["name"]]["status"] for h in two] == ["updated", "updated"], recs
+    through_router("after the change")
+
+    # A rotation without /metrics: stopped at the canary's drain before the router forgot the worker
+    # (and its key): nothing changed, every request still served.
+    before = invocations(two, state_of)
+    run, recs = roll("rotation-without-metrics", 4096, new_key)
+    assert run.rc != 0, run.out[-3000:]
+    canary = recs[two[0]["name"]]
+    assert canary["failed_step"] == "draining" and canary["in_router"] is True, canary
+    assert "HTTP 401" in canary["error"] and "--enable-metrics" in canary["error"], canary
+    assert "nothing on the host had changed" in canary["message"], canary
+    assert invocations(two, state_of) == before
+    through_router("after the stopped rotation")
+    for url in direct.values():
+        assert generate(url, old_key)[0] == 200 and generate(url, new_key)[0] == 401
+
+    # With --enable-metrics (a change of its own first), the rotation goes through.
+    run, recs = roll("metrics", 2048, old_key, metrics)
+    assert run.rc == 0, run.out[-5000:]
+    run, recs = roll("rotation", 4096, new_key, metrics)
+    assert run.rc == 0, run.out[-5000:]
+    assert [recs[h["name"]]["status"] for h in two] == ["updated", "updated"], recs
+    through_router("after the rotation")
+    for url in direct.values():
+        assert generate(url, new_key)[0] == 200 and generate(url, old_key)[0] == 401 and generate(url)[0] == 401
+
+
 # ------------------------------------------------------------------ verify
 
 def test_verify_reports_drift_and_changes_nothing(clean_fleet, fleet_inv, lab_hosts, state_of, sh,

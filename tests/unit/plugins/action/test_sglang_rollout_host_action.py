@@ -339,3 +339,24 @@ def test_a_prepared_config_file_without_an_api_key_fails_before_anything(tmp_pat
     with pytest.raises(AnsibleActionFail, match="names an SGLang config file .* wait.api_key is empty"):
         act(tmp_path, host, router, the_drift=drift(prepared={"config_file": CONFIG}), monkeypatch=monkeypatch)
     assert host.calls == [] and router.calls == []
+
+
+def test_the_worker_leaves_and_rejoins_the_router_with_the_servers_own_key(tmp_path, shown, monkeypatch):
+    # The router calls a worker with the key it was added with (/health needs none): without it, it
+    # would list the worker healthy and forward requests that are refused. The drain reads the
+    # worker's load with it too.
+    params = []
+
+    def router(values, check_mode):
+        params.append(dict(values))
+        return {"changed": True, "workers": [], "drain_seconds": 0.1}
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    wait = {"url": "http://gpu-1:30000", "api_key": "s3rv3r-key", "timeout": 600, "min_ready_seconds": 10}
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, wait=wait)
+    assert not result.get("failed"), result
+    assert [(p["state"], p["worker_api_key"]) for p in params] == [("absent", "s3rv3r-key"), ("present", "s3rv3r-key")]
+    assert "s3rv3r-key" not in json.dumps(record)
+    # Without a server key, none is sent.
+    params[:] = []
+    act(tmp_path / "b", Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS]), router, monkeypatch=monkeypatch)
+    assert [p["worker_api_key"] for p in params] == [None, None]

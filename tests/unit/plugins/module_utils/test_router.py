@@ -157,8 +157,24 @@ def test_worker_load_refused_counts_as_empty():
 def test_worker_load_401_asks_for_the_worker_key():
     def transport(method, url, payload, headers, timeout):
         return http_result(401, '{"error": "Unauthorized"}')
-    with pytest.raises(RouterError, match="worker_api_key"):
+    with pytest.raises(RouterError, match="HTTP 401 on /v1/loads, /get_load, /metrics.*no worker_api_key was given"):
         WorkerLoad(W1, None, transport).read()
+    with pytest.raises(RouterError, match="this key was refused. Set worker_api_key to the key the RUNNING"):
+        WorkerLoad(W1, "rotated", transport).read()
+
+
+def test_worker_load_refused_with_a_key_reads_the_open_metrics():
+    # A key the running process does not have (a rotation): /metrics needs none.
+    seen = []
+
+    def transport(method, url, payload, headers, timeout):
+        seen.append((url.rsplit("/", 1)[-1], headers.get("Authorization")))
+        if url.endswith("/metrics"):
+            return http_result(200, 'sglang:num_running_reqs{tp_rank="0"} 2\nsglang:num_queue_reqs{tp_rank="0"} 1\n')
+        return http_result(401, '{"error": "Unauthorized"}')
+    assert WorkerLoad(W1, "new-key", transport).read() == (3, "/metrics")
+    assert [name for name, dummy in seen] == ["loads", "get_load", "metrics"]
+    assert seen[0][1] == "Bearer new-key"
 
 
 def test_worker_load_without_any_count_fails_naming_what_was_tried():
@@ -173,7 +189,7 @@ def test_worker_load_without_any_count_fails_naming_what_was_tried():
 def test_absent_removes_then_waits_for_two_zero_readings():
     clock = FakeClock()
     fake = FakeRouter(clock, workers=[W1, W2])
-    fake.loads[W1] = [3, 2, 1, 0, 0]
+    fake.loads[W1] = [3, 3, 2, 1, 0, 0]  # the first: read before the removal (the drain can count)
     result = manager(fake, clock).ensure_absent(W1, drain_timeout=60)
     assert result["changed"] is True
     assert [w["url"] for w in result["workers"]] == [W2]
@@ -183,6 +199,17 @@ def test_absent_removes_then_waits_for_two_zero_readings():
     assert result["drain_seconds"] == pytest.approx(0.2 + 0.4 + 0.5 + 0.5)
     deletes = [c for c in fake.calls if c[0] == "DELETE"]
     assert deletes == [("DELETE", ROUTER + "/workers/id-11", None, None)]
+
+
+def test_absent_leaves_the_router_untouched_when_the_workers_load_cannot_be_read():
+    # e.g. a worker that refuses the key (a key rotation): removing it first would lose the key the
+    # router calls it with; nothing is removed and the error says why.
+    clock = FakeClock()
+    fake = FakeRouter(clock, workers=[W1, W2])
+    fake.load_paths[W1] = "/nowhere"
+    with pytest.raises(RouterError, match="no in-flight request count from"):
+        manager(fake, clock).ensure_absent(W1, drain_timeout=60)
+    assert not [c for c in fake.calls if c[0] == "DELETE"] and W1 in fake.workers
 
 
 def test_absent_is_idempotent_but_still_reports_the_drain():
