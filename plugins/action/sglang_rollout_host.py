@@ -34,7 +34,7 @@ from ansible_collections.gpufleet.inference.plugins.action.sglang_ready import (
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
-from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
+from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError, find_worker
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
 
 display = Display()
@@ -352,16 +352,36 @@ class ActionModule(ActionBase):
         revert = None
         if reached == "applying" and not lost and has_last_good:
             revert = self._revert(args)
-        rejoined = False
-        if self._use_router and not lost and reached in ("draining", "applying") and \
+        rejoined, kept_out = False, None
+        config = (self._drift.get("prepared") or {}).get("config_file") or {}
+        if self._use_router and not lost and reached == "draining" and self._still_listed():
+            # The drain failed before the worker was removed (its load could not be read): it never left.
+            rejoined = True
+        elif config.get("path") in (self._drift.get("changed_files") or []) and (revert or reached == "draining"):
+            # The config file holds only the key: this rollout changes the key, and the host runs the old one
+            # (not changed yet, or reverted). The router calls a worker with the key it is added with: the new
+            # one here, which the host refuses.
+            kept_out = ("the host %s the previous API key (%s changes in this rollout), and the router would call "
+                        "it with the new one: put it back into the router with its key by hand, or roll out again"
+                        % ("runs" if reached == "draining" else "was reverted to", config["path"]))
+        elif self._use_router and not lost and reached in ("draining", "applying") and \
                 (reached == "draining" or (revert or {}).get("healthy")):
             back = self._router("present", timeout=self._router_args["rejoin_timeout"])
             rejoined = not back.get("failed") and "workers" in back
         self._state = self._record("failed", state_before={"step": reached}, task=failed.step, failure=failure,
-                                   changed=reached == "applying", revert=revert, rejoined_after_revert=rejoined)
+                                   changed=reached == "applying", revert=revert, rejoined_after_revert=rejoined,
+                                   kept_out_of_router=kept_out if self._use_router else None)
         self._say(self._state.get("status"))
         return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
                 "failure": failure, "revert": revert, "record": self._state}
+
+    def _still_listed(self):
+        """Whether the router lists this host's worker now (False when it cannot be read)."""
+        try:
+            client = RouterClient(self._router_args["url"], self._router_args.get("api_key") or None, timeout=10.0)
+            return find_worker(client.list_workers(), self._router_args["worker_url"]) is not None
+        except RouterError:
+            return False
 
     def _revert(self, args):
         """Put the last-known-good files back, restart, and verify the reverted process (never raises)."""
@@ -379,11 +399,15 @@ class ActionModule(ActionBase):
         if not restored.get("failed") and not restart.get("failed"):
             intent = (restored.get("record") or {}).get("intent") or {}
             settings = args["wait"]
-            wait_args = dict(unit=unit, url=settings.get("url"), api_key=settings.get("api_key"),
+            # The reverted process runs with the restored config file's key (a rotation's old key): read
+            # it there, on the host, not the key of the settings that failed.
+            config = (self._drift.get("prepared") or {}).get("config_file") or {}
+            key = dict(api_key_file=config["path"]) if config.get("path") else dict(api_key=settings.get("api_key"))
+            wait_args = dict(unit=unit, url=settings.get("url"),
                              after_invocation=reverting.get("invocation_id"), expect=intent.get("expect") or {},
                              config_line=intent.get("config_line"), command=intent.get("command"),
                              environment=intent.get("environment"), timeout=settings.get("timeout"),
                              min_ready_seconds=settings.get("min_ready_seconds"),
-                             receipt_dir=settings.get("receipt_dir"), progress=settings.get("progress"))
+                             receipt_dir=settings.get("receipt_dir"), progress=settings.get("progress"), **key)
             wait = self._wait(WAIT, dict((k, v) for k, v in wait_args.items() if v not in (None, "")))
         return _records.revert_outcome([restored, restart, wait])

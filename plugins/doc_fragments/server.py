@@ -22,7 +22,14 @@ options:
   api_key:
     description:
       - "The server's C(--api-key), sent as C(Authorization: Bearer <api_key>). Never logged or returned."
+      - Mutually exclusive with O(api_key_file).
     type: str
+  api_key_file:
+    description:
+      - An SGLang config file on the managed host (YAML, its C(api-key)) to read the key from, instead of
+        O(api_key) - the key of the files on the host, for example after a revert restored an older config file.
+      - A file that does not exist means no key. The key is masked in every output, like O(api_key).
+    type: path
   validate_certs:
     description:
       - Whether to validate TLS certificates when O(url) is C(https).

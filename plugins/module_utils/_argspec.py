@@ -11,6 +11,7 @@ from __future__ import annotations
 SERVER = dict(
     url=dict(type="str", default="http://127.0.0.1:30000"),
     api_key=dict(type="str", no_log=True),
+    api_key_file=dict(type="path"),
     validate_certs=dict(type="bool", default=True),
 )
 

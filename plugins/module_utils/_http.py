@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import re
 import socket
 
 from urllib.error import HTTPError, URLError
@@ -151,6 +152,75 @@ def open_url_transport(validate_certs=True):
             return _classify(exc)
 
     return transport
+
+
+_CONFIG_KEY = re.compile(r'^api[-_]key:[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*$', re.M)
+_ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)', re.S)
+
+
+class ApiKeyFileError(Exception):
+    """The key file exists but holds no key this reader understands."""
+
+
+def api_key_from_config(path):
+    """The API key in an SGLang config file (YAML, key C(api-key)), read on the host; None when the file
+    does not exist or sets no key. The collection writes ``api-key: "<escaped>"`` (double-quoted YAML,
+    escapes \\" \\\\ \\uXXXX \\UXXXXXXXX); another layout is read with PyYAML when the host has it."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8")
+    except (IOError, OSError) as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise ApiKeyFileError("cannot read the API key file %s: %s" % (path, exc))
+    except UnicodeDecodeError:
+        raise ApiKeyFileError("the API key file %s is not UTF-8" % path)
+    found = _CONFIG_KEY.findall(text)
+    if len(found) == 1:
+        def unescape(match):
+            code = match.group(1)
+            if code[0] in "uU" and len(code) > 1:
+                return chr(int(code[1:], 16))
+            return {"n": "\n", "t": "\t", "\\": "\\", '"': '"', "/": "/"}.get(code, None) or _bad(path, code)
+        return _ESCAPE.sub(unescape, found[0]) or None
+    try:
+        import yaml  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        yaml = None
+    if yaml is not None:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ApiKeyFileError("the API key file %s is not YAML: %s" % (path, str(exc).splitlines()[0]))
+        if data is None or (isinstance(data, dict) and not (data.get("api-key") or data.get("api_key"))):
+            return None
+        if isinstance(data, dict):
+            return str(data.get("api-key") or data.get("api_key"))
+    elif text.strip() in ("", "{}"):
+        return None
+    raise ApiKeyFileError("the API key file %s has no line like api-key: \"...\" (the layout the collection "
+                          "writes)%s" % (path, "" if yaml is not None else ", and this host has no PyYAML"))
+
+
+def _bad(path, code):
+    raise ApiKeyFileError("the API key file %s has an escape this reader does not know: \\%s" % (path, code))
+
+
+def server_api_key(module):
+    """The key to probe a server with: O(api_key), or the one in O(api_key_file) read on the host (masked
+    in every output like a no_log value). Fails the module when both are set or the file is unreadable."""
+    params = module.params
+    if not params.get("api_key_file"):
+        return params.get("api_key")
+    if params.get("api_key"):
+        module.fail_json(msg="api_key and api_key_file are mutually exclusive")
+    try:
+        key = api_key_from_config(params["api_key_file"])
+    except ApiKeyFileError as exc:
+        module.fail_json(msg=str(exc))
+    if key:
+        module.no_log_values.add(key)
+    return key
 
 
 def auth_headers(api_key=None):

@@ -435,6 +435,8 @@ def failure_record(record, args):
         runs = "the previous unit (unchanged)"
         if router and left and not rejoined:
             outcome += "; it is OUT of the router (it had left it)"
+            if args.get("kept_out_of_router"):
+                outcome += ": %s" % args["kept_out_of_router"]
     elif not revert:
         status = "failed"
         outcome = "NO last-known-good unit to revert to: the host is left as it is%s" % (
@@ -444,7 +446,9 @@ def failure_record(record, args):
         status = "reverted"
         outcome = "reverted to the last-known-good unit: invocation %s verified (%s)%s" % (
             revert.get("invocation_id"), revert.get("observed"),
-            "; back in the router" if router and rejoined else "; NOT back in the router" if router else "")
+            "; back in the router" if router and rejoined else
+            "; NOT back in the router: %s" % args["kept_out_of_router"] if router and args.get("kept_out_of_router")
+            else "; NOT back in the router" if router else "")
         in_router, runs = (rejoined if router else None), "the last-known-good unit, verified"
     else:
         status = "failed"

@@ -245,6 +245,7 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._drift import DriftCheck
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
 from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Intent
@@ -284,7 +285,7 @@ def missing_accounts(accounts):
 
 def run(module, host=None):
     params = module.params
-    host = host or Host(CommandRunner(module), params["unit"], params["url"], params["api_key"],
+    host = host or Host(CommandRunner(module), params["unit"], params["url"], server_api_key(module),
                         params["validate_certs"], params["prompt"], params["max_new_tokens"],
                         params["verify_listener"], params["receipt_dir"])
     files = list(params["files"]) + [dict(spec, secret=True) for spec in params["secret_files"]]

@@ -140,6 +140,7 @@ server_info_error:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import server_info_subset
 from ansible_collections.gpufleet.inference.plugins.module_utils._process import redact, redact_text
@@ -155,7 +156,7 @@ ARGUMENT_SPEC = _argspec.merged(
 
 def run(module, host=None):
     params = module.params
-    host = host or Host(CommandRunner(module), params["unit"], params["url"], params["api_key"],
+    host = host or Host(CommandRunner(module), params["unit"], params["url"], server_api_key(module),
                         params["validate_certs"], receipt_dir=params["receipt_dir"])
     try:
         state = host.state()

@@ -274,6 +274,7 @@ state:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
 from ansible_collections.gpufleet.inference.plugins.module_utils._wait import (
     CHECK_MODE,
@@ -311,7 +312,7 @@ def check_numbers(params):
 
 def build_waiter(module, host=None):
     params = module.params
-    host = host or Host(CommandRunner(module), params["unit"], params["url"], params["api_key"],
+    host = host or Host(CommandRunner(module), params["unit"], params["url"], server_api_key(module),
                         params["validate_certs"], params["prompt"], params["max_new_tokens"],
                         params["verify_listener"], params["receipt_dir"])
     intent = Intent(params["expect"], params["config_line"], params["command"], params["environment"])

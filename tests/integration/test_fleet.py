@@ -18,9 +18,9 @@ import time
 import pytest
 import requests
 from lab_support import ansible_playbook
-from rollout_support import (APPLY_PLAY, LOAD_SECONDS, Records, assert_record_matches_host, assert_records_consistent,
-                             assert_runs, config_line, describe, fleet_state, invocations, journal_time, play_batches,
-                             router_workers)
+from rollout_support import (APPLY_PLAY, LOAD_SECONDS, SIM_ENV, Records, assert_record_matches_host,
+                             assert_records_consistent, assert_runs, config_line, describe, fleet_state, invocations,
+                             journal_time, play_batches, router_workers)
 # Fixtures (pytest finds them in this module's namespace).
 from rollout_support import fleet_inv, lab  # noqa: F401 pylint: disable=unused-import
 
@@ -243,7 +243,7 @@ def generate(url: str, api_key: str | None = None) -> tuple[int, str]:
 
 
 def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
-        clean_fleet, router_clean, fleet_inv, lab_hosts, state_of, tmp_path):
+        clean_fleet, router_clean, fleet_inv, lab_hosts, state_of, tmp_path):  # pylint: disable=too-many-locals
     """Servers with sglang_api_key behind the router. The router calls a worker with the key it was
     given when the worker was added; its health check (/health) is open without one. Found in review:
     the rollout drained each host without the key (/v1/loads answers 401: the rollout stopped at the
@@ -251,20 +251,23 @@ def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
     that are refused). Now it drains and re-adds each worker with the server's key. A key rotation:
     the running process refuses the new key, so without /metrics (open without a key) the drain
     cannot count in-flight requests - the rollout stops at the canary before changing it, naming the
-    remedy; with --enable-metrics the rotation goes through. No key is printed or recorded."""
+    remedy; with --enable-metrics the rotation goes through. A rotation whose new settings fail on the
+    canary reverts it to the previous key, verifies the revert with that key (read on the host from the
+    restored config file) and leaves it out of the router, which would call it with the new key. No key
+    is printed or recorded."""
     router = router_clean
-    hosts_yml, set_vars, _inventory_dir, deploy = fleet_inv
+    hosts_yml, set_vars, set_host_vars, deploy = fleet_inv
     two = lab_hosts[:2]
     limit = ",".join(h["name"] for h in two)
     direct = {h["name"]: f"http://{h['address']}:30000" for h in two}
     served_by = {f"{h['address']}:30000" for h in two}
-    old_key, new_key = "gpfOldKeyR7Tq", "gpfNewKeyW3Zm"
+    old_key, new_key, third_key = "gpfOldKeyR7Tq", "gpfNewKeyW3Zm", "gpfThirdKeyP5Lx"
     metrics = {"--enable-metrics": True}
 
-    def through_router(what):
+    def through_router(what, by=served_by):
         answers = [generate(router) for _i in range(8)]
         assert all(status == 200 for status, _who in answers), (what, answers)
-        assert {who for _s, who in answers} == served_by, (what, answers)
+        assert {who for _s, who in answers} == by, (what, answers)
 
     def roll(name, window, key, extra_args=None):
         set_vars(sglang_speculative_draft_window_size=window, sglang_api_key=key, sglang_extra_args=extra_args or {})
@@ -273,7 +276,7 @@ def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
                                {"rollout_results_dir": str(results), "rollout_batches": [1]},
                                limit=f"{limit},localhost")
         for text in [run.out] + [path.read_text() for path in results.rglob("*.json")]:
-            assert old_key not in text and new_key not in text, name
+            assert not [k for k in (old_key, new_key, third_key) if k in text], name
         records = Records(results)
         return run, assert_records_consistent(records, records.only_run())
 
@@ -310,6 +313,19 @@ def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
     through_router("after the rotation")
     for url in direct.values():
         assert generate(url, new_key)[0] == 200 and generate(url, old_key)[0] == 401 and generate(url)[0] == 401
+
+    # A rotation whose new settings fail on the canary (its SGLang ignores the window).
+    canary, other = two
+    set_host_vars(canary["name"], sglang_environment=dict(SIM_ENV, SGLANG_SIM_FAULT="ignore_window"))
+    run, recs = roll("failed-rotation", 2048, third_key, metrics)
+    assert run.rc != 0, run.out[-3000:]
+    record = recs[canary["name"]]
+    assert record["status"] == "reverted" and record["reverted"] is True and record["in_router"] is False, record
+    assert "NOT back in the router: the host was reverted to the previous API key" in record["outcome"], record
+    assert generate(direct[canary["name"]], new_key)[0] == 200  # it serves, with its restored key
+    assert generate(direct[canary["name"]], third_key)[0] == 401
+    assert {w["url"] for w in router_workers(router)} == {direct[other["name"]]}
+    through_router("after the failed rotation", by={f"{other['address']}:30000"})
 
 
 # ------------------------------------------------------------------ verify

@@ -85,7 +85,8 @@ def start_run(tmp_path):
     return run
 
 
-def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, **extra):
+def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, listed=False,
+        **extra):
     run = start_run(tmp_path)
     args = dict(run=run, router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1},
                 drift=the_drift or drift(), version="0.5.11", unit="sglang.service", intent=INTENT,
@@ -98,6 +99,8 @@ def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080"
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_rollout_host")
     action._execute_module = host
     monkeypatch.setattr(action_mod.sglang_router_worker, "run", router)
+    # After a failed drain: does the router still list the worker (GET /workers)?
+    monkeypatch.setattr(action_mod.ActionModule, "_still_listed", lambda self: listed)
     result = action.run(task_vars={"inventory_hostname": HOST})
     record = json.loads((tmp_path / "r1" / ("%s.json" % HOST)).read_text())
     return result, record
@@ -360,3 +363,68 @@ def test_the_worker_leaves_and_rejoins_the_router_with_the_servers_own_key(tmp_p
     params[:] = []
     act(tmp_path / "b", Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS]), router, monkeypatch=monkeypatch)
     assert [p["worker_api_key"] for p in params] == [None, None]
+
+
+# ------------------------------------------------------------------ a rollout that changes the API key
+
+def rotation(**changes):
+    """drift() of a host whose config file (the API key) differs from the intended one."""
+    return drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG}, **changes)
+
+
+NEW_KEY_WAIT = {"url": "http://gpu-1:30000", "api_key": "n3w-key", "timeout": 600, "min_ready_seconds": 10}
+
+
+def test_a_revert_during_a_key_rotation_waits_with_the_restored_key_and_stays_out_of_the_router(
+        tmp_path, shown, monkeypatch):
+    restored = {"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024}}}}
+    host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])],
+                systemd_service=[{"changed": True}],
+                sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
+                              dict(PASS, invocation_id="cccc", observed={"draft_window_size": 1024})],
+                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[restored])
+    router = Router()
+    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, wait=NEW_KEY_WAIT)
+    assert result["failed"] is True
+    first_wait, revert_wait = [args for name, args in host.calls if name == "sglang_ready"]
+    assert first_wait["api_key"] == "n3w-key" and "api_key_file" not in first_wait
+    # the reverted process runs with the restored config file's (old) key: read there, on the host
+    assert revert_wait["api_key_file"] == CONFIG["path"] and "api_key" not in revert_wait
+    assert router.calls == ["absent"]  # not re-added with a key the reverted host refuses
+    assert record["status"] == "reverted" and record["in_router"] is False, record
+    assert "NOT back in the router: the host was reverted to the previous API key" in record["outcome"], record
+    assert "n3w-key" not in json.dumps(record)
+
+
+def test_a_failed_drain_during_a_key_rotation_leaves_the_host_out_of_the_router(tmp_path, shown, monkeypatch):
+    router = Router(absent=[{"failed": True, "msg": "still has 2 in-flight request(s) after 300s"}])
+    host = Host()
+    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, wait=NEW_KEY_WAIT)
+    assert result["failed"] is True and host.calls == []
+    assert router.calls == ["absent"], router.calls  # the old process would refuse the new key
+    assert record["in_router"] is False and "the host runs the previous API key" in record["outcome"], record
+    # Without a rotation, the same failed drain puts the unchanged host back.
+    router = Router(absent=[{"failed": True, "msg": "still has 2 in-flight request(s) after 300s"}])
+    result, record = act(tmp_path / "b", Host(), router, monkeypatch=monkeypatch)
+    assert router.calls == ["absent", "present"] and record["in_router"] is True, record
+
+
+def test_a_revert_without_a_config_file_waits_with_the_settings_key(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[INSTALLED], systemd_service=[{"changed": True}],
+                sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
+                              dict(PASS, invocation_id="cccc")],
+                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": {}}}])
+    router = Router()
+    act(tmp_path, host, router, monkeypatch=monkeypatch)
+    revert_wait = [args for name, args in host.calls if name == "sglang_ready"][1]
+    assert "api_key_file" not in revert_wait and router.calls == ["absent", "present"]
+
+
+def test_a_drain_that_fails_before_the_removal_leaves_the_worker_listed_and_says_so(tmp_path, shown, monkeypatch):
+    # The load could not be read (e.g. the running process refuses the new key): the router was not
+    # touched, so nothing is re-added (with a key the host refuses) and the record says it is in the router.
+    router = Router(absent=[{"failed": True, "msg": "reading the load of http://gpu-1:30000: HTTP 401"}])
+    result, record = act(tmp_path, Host(), router, the_drift=rotation(), monkeypatch=monkeypatch,
+                         wait=NEW_KEY_WAIT, listed=True)
+    assert result["failed"] and router.calls == ["absent"], router.calls
+    assert record["in_router"] is True and "OUT of the router" not in record["outcome"], record

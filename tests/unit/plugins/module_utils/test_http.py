@@ -286,3 +286,51 @@ def test_real_exchanges_answers_redirects_errors_timeouts_and_refusals(server, m
     sock.close()
     refused = http.HttpClient("http://127.0.0.1:%d" % closed).get("/ok", timeout=2)
     assert refused.kind == http.REFUSED and not refused.port_open
+
+
+# ---------------------------------------------------------------- the API key of an SGLang config file
+
+@pytest.mark.parametrize("key", ["plain", 'q"uote\\back', "caf\u00e9 \u2028 \U0001F600", "x" * 300])
+def test_the_key_the_collection_writes_is_read_back_exactly(tmp_path, key):
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+    path = tmp_path / "sglang.yaml"
+    path.write_text(_args.config_file_text({"sglang_api_key": key}), encoding="utf-8")
+    assert http.api_key_from_config(str(path)) == key
+
+
+def test_no_file_or_an_empty_config_means_no_key(tmp_path):
+    assert http.api_key_from_config(str(tmp_path / "missing.yaml")) is None
+    (tmp_path / "empty.yaml").write_text("{}\n")
+    assert http.api_key_from_config(str(tmp_path / "empty.yaml")) is None
+
+
+def test_another_yaml_layout_is_read_with_pyyaml_and_garbage_is_an_error(tmp_path):
+    (tmp_path / "other.yaml").write_text("port: 30000\napi_key: 'single quoted'\n")
+    assert http.api_key_from_config(str(tmp_path / "other.yaml")) == "single quoted"
+    (tmp_path / "bad.yaml").write_text("api-key: [unclosed\n")
+    with pytest.raises(http.ApiKeyFileError, match="is not YAML"):
+        http.api_key_from_config(str(tmp_path / "bad.yaml"))
+    (tmp_path / "escape.yaml").write_text('api-key: "a\\qb"\n')
+    with pytest.raises(http.ApiKeyFileError, match="escape this reader does not know"):
+        http.api_key_from_config(str(tmp_path / "escape.yaml"))
+
+
+class _Module(object):
+    def __init__(self, **params):
+        self.params = dict(dict(api_key=None, api_key_file=None), **params)
+        self.no_log_values = set()
+
+    def fail_json(self, **kwargs):
+        raise AssertionError(kwargs["msg"])
+
+
+def test_server_api_key_reads_the_file_and_masks_the_key(tmp_path):
+    (tmp_path / "k.yaml").write_text('api-key: "fr0m-file"\n')
+    module = _Module(api_key_file=str(tmp_path / "k.yaml"))
+    assert http.server_api_key(module) == "fr0m-file" and "fr0m-file" in module.no_log_values
+    assert http.server_api_key(_Module(api_key="given")) == "given"
+    with pytest.raises(AssertionError, match="mutually exclusive"):
+        http.server_api_key(_Module(api_key="given", api_key_file=str(tmp_path / "k.yaml")))
+    (tmp_path / "dir.yaml").mkdir()  # unreadable as a file, for root too
+    with pytest.raises(AssertionError, match="cannot read the API key file"):
+        http.server_api_key(_Module(api_key_file=str(tmp_path / "dir.yaml")))
