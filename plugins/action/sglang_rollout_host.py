@@ -96,6 +96,17 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def config_of(command):
+    """The path after --config in an SGLang command line (list of words), or None."""
+    words = list(command or [])
+    for index, word in enumerate(words):
+        if word == _args.CONFIG_FLAG and index + 1 < len(words):
+            return words[index + 1]
+        if str(word).startswith(_args.CONFIG_FLAG + "="):
+            return str(word).split("=", 1)[1]
+    return None
+
+
 class StepFailed(Exception):
     """A step of the critical path failed; ``result`` is what it returned (msg, verdict, unreachable)."""
 
@@ -184,6 +195,7 @@ class ActionModule(ActionBase):
         self._state = {}
         self._started = time.monotonic()
         self._adopted = {}
+        self._reverted_config = None
         before = ro.read_json(os.path.join(self._run["run_dir"], "%s.json" % self._host)) or {}
         try:
             outcome = self._critical_path(args, recovering="recovering" in before)
@@ -353,17 +365,15 @@ class ActionModule(ActionBase):
         if reached == "applying" and not lost and has_last_good:
             revert = self._revert(args)
         rejoined, kept_out = False, None
-        config = (self._drift.get("prepared") or {}).get("config_file") or {}
         if self._use_router and not lost and reached == "draining" and self._still_listed():
             # The drain failed before the worker was removed (its load could not be read): it never left.
             rejoined = True
-        elif config.get("path") in (self._drift.get("changed_files") or []) and (revert or reached == "draining"):
-            # The config file holds only the key: this rollout changes the key, and the host runs the old one
-            # (not changed yet, or reverted). The router calls a worker with the key it is added with: the new
-            # one here, which the host refuses.
-            kept_out = ("the host %s the previous API key (%s changes in this rollout), and the router would call "
-                        "it with the new one: put it back into the router with its key by hand, or roll out again"
-                        % ("runs" if reached == "draining" else "was reverted to", config["path"]))
+        elif self._key_differs(revert, reached):
+            # The host runs the previous key (not changed yet, or reverted); the router calls a worker with
+            # the key it is added with, the new one (or none) here, which the host refuses.
+            kept_out = ("the host %s the previous API key (this rollout changes it), and the router would call it "
+                        "with the new one: put it back into the router with its key by hand, or roll out again"
+                        % ("runs" if reached == "draining" else "was reverted to"))
         elif self._use_router and not lost and reached in ("draining", "applying") and \
                 (reached == "draining" or (revert or {}).get("healthy")):
             back = self._router("present", timeout=self._router_args["rejoin_timeout"])
@@ -374,6 +384,17 @@ class ActionModule(ActionBase):
         self._say(self._state.get("status"))
         return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
                 "failure": failure, "revert": revert, "record": self._state}
+
+    def _key_differs(self, revert, reached):
+        """Whether the host runs another API key than the one it would be re-added to the router with."""
+        config = ((self._drift.get("prepared") or {}).get("config_file") or {}).get("path")
+        changed = config in (self._drift.get("changed_files") or [])
+        if revert:
+            old = self._reverted_config
+            # A key the reverted process has and the new settings do not (removed), or another one (rotated).
+            # A process without a key answers any: a key added by this rollout does no harm.
+            return bool(old) and (not config or config != old or changed)
+        return reached == "draining" and bool(config) and changed
 
     def _still_listed(self):
         """Whether the router lists this host's worker now (False when it cannot be read)."""
@@ -399,10 +420,11 @@ class ActionModule(ActionBase):
         if not restored.get("failed") and not restart.get("failed"):
             intent = (restored.get("record") or {}).get("intent") or {}
             settings = args["wait"]
-            # The reverted process runs with the restored config file's key (a rotation's old key): read
-            # it there, on the host, not the key of the settings that failed.
-            config = (self._drift.get("prepared") or {}).get("config_file") or {}
-            key = dict(api_key_file=config["path"]) if config.get("path") else dict(api_key=settings.get("api_key"))
+            # The reverted process runs with the key of the config file its command names (--config; the
+            # role never puts the key on the command line): read it there, on the host - the old key of a
+            # rotation or of a removed key, not the key of the settings that failed. No --config: no key.
+            self._reverted_config = config_of(intent.get("command"))
+            key = dict(api_key_file=self._reverted_config) if self._reverted_config else {}
             wait_args = dict(unit=unit, url=settings.get("url"),
                              after_invocation=reverting.get("invocation_id"), expect=intent.get("expect") or {},
                              config_line=intent.get("config_line"), command=intent.get("command"),

@@ -327,6 +327,16 @@ def test_a_rollout_of_key_protected_servers_leaves_the_router_able_to_call_them(
     assert {w["url"] for w in router_workers(router)} == {direct[other["name"]]}
     through_router("after the failed rotation", by={f"{other['address']}:30000"})
 
+    # A change that removes the key fails on the canary: reverted to the unit with --config (its key read
+    # from that file on the host), and left out of the router, which would call it without a key.
+    run, recs = roll("failed-removal", 1024, "", metrics)
+    assert run.rc != 0, run.out[-3000:]
+    record = recs[canary["name"]]
+    assert record["status"] == "reverted" and record["in_router"] is False, record
+    assert "NOT back in the router: the host was reverted to the previous API key" in record["outcome"], record
+    assert generate(direct[canary["name"]], new_key)[0] == 200 and generate(direct[canary["name"]])[0] == 401
+    through_router("after the failed removal", by={f"{other['address']}:30000"})
+
 
 # ------------------------------------------------------------------ verify
 

@@ -375,9 +375,14 @@ def rotation(**changes):
 NEW_KEY_WAIT = {"url": "http://gpu-1:30000", "api_key": "n3w-key", "timeout": 600, "min_ready_seconds": 10}
 
 
+KEYED_COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--config", CONFIG["path"],
+                 "--model-path", "/models/m"]
+
+
 def test_a_revert_during_a_key_rotation_waits_with_the_restored_key_and_stays_out_of_the_router(
         tmp_path, shown, monkeypatch):
-    restored = {"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024}}}}
+    restored = {"changed": True, "record": {"intent": {"expect": {"draft_window_size": 1024},
+                                                       "command": KEYED_COMMAND}}}
     host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])],
                 systemd_service=[{"changed": True}],
                 sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
@@ -409,15 +414,40 @@ def test_a_failed_drain_during_a_key_rotation_leaves_the_host_out_of_the_router(
     assert router.calls == ["absent", "present"] and record["in_router"] is True, record
 
 
-def test_a_revert_without_a_config_file_waits_with_the_settings_key(tmp_path, shown, monkeypatch):
-    host = Host(sglang_unit_files=[INSTALLED], systemd_service=[{"changed": True}],
+def failing_then_reverted(command):
+    return Host(sglang_unit_files=[INSTALLED], systemd_service=[{"changed": True}],
                 sglang_ready=[{"failed": True, "verdict": "mismatch", "invocation_id": NEW, "msg": "logged 1024"},
                               dict(PASS, invocation_id="cccc")],
-                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": {}}}])
+                sglang_info=[{"invocation_id": NEW}],
+                sglang_last_good=[{"changed": True, "record": {"intent": {"command": command}}}])
+
+
+@pytest.mark.parametrize("case, the_drift, command, wait, file_read, back", [
+    # the reverted unit has no --config: no key, whatever the settings say; a key added by the rollout
+    # does no harm to a server without one, so it goes back into the router
+    ("no key before", drift(), ["python3", "-m", "sglang.launch_server"], NEW_KEY_WAIT, None, True),
+    ("key added", rotation(), ["python3", "-m", "sglang.launch_server"], NEW_KEY_WAIT, None, True),
+    # the same key (the config file did not change): read from the file, and back into the router
+    ("same key", drift(prepared={"config_file": CONFIG}), KEYED_COMMAND, NEW_KEY_WAIT, CONFIG["path"], True),
+    # the key removed: the reverted process has one, the router would call it without: left out
+    ("key removed", drift(), KEYED_COMMAND, dict(NEW_KEY_WAIT, api_key=""), CONFIG["path"], False),
+])
+def test_the_reverted_process_is_waited_for_with_the_key_of_its_own_command(
+        tmp_path, shown, monkeypatch, case, the_drift, command, wait, file_read, back):
+    host = failing_then_reverted(command)
     router = Router()
-    act(tmp_path, host, router, monkeypatch=monkeypatch)
+    result, record = act(tmp_path, host, router, the_drift=the_drift, monkeypatch=monkeypatch, wait=wait)
     revert_wait = [args for name, args in host.calls if name == "sglang_ready"][1]
-    assert "api_key_file" not in revert_wait and router.calls == ["absent", "present"]
+    assert revert_wait.get("api_key_file") == file_read and "api_key" not in revert_wait, case
+    assert router.calls == (["absent", "present"] if back else ["absent"]), case
+    assert record["status"] == "reverted" and record["in_router"] is back, (case, record)
+    assert ("previous API key" in record["outcome"]) is (not back), (case, record["outcome"])
+
+
+def test_config_of_reads_the_config_path_of_a_command():
+    assert action_mod.config_of(["p", "--config", "/etc/s.yaml", "--port", "1"]) == "/etc/s.yaml"
+    assert action_mod.config_of(["p", "--config=/etc/t.yaml"]) == "/etc/t.yaml"
+    assert action_mod.config_of(["p", "--config"]) is None and action_mod.config_of(None) is None
 
 
 def test_a_drain_that_fails_before_the_removal_leaves_the_worker_listed_and_says_so(tmp_path, shown, monkeypatch):
