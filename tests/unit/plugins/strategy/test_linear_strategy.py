@@ -134,3 +134,97 @@ def test_queue_task_waits_first_then_queues_as_linear(monkeypatch, throttle, wai
     module._queue_task("gpu-1", FakeTask(throttle), {}, None)
     expected = ([("wait", ["w1", "w2"])] if waits else []) + [("queue", "gpu-1")]
     assert calls == expected
+
+
+# --------------------------------------------------------------------------- waiting for results
+
+class FakeTqm(object):
+    def __init__(self, dead=False):
+        self._terminated = False
+        self.dead = dead
+
+    def has_dead_workers(self):
+        return self.dead
+
+
+class Waiter(object):
+    """What StrategyModule._wait_on_pending_results uses of the strategy: a pending count, the results
+    queue the results thread appends to, and _process_pending_results (counted: a poll shows as calls)."""
+
+    _wait_on_pending_results = strategy.StrategyModule._wait_on_pending_results
+
+    def __init__(self, pending, dead=False):
+        self._pending_results = pending
+        self._results = strategy.ResultsQueue()
+        self._tqm = FakeTqm(dead)
+        self.passes = 0
+
+    def _process_pending_results(self, iterator):
+        self.passes += 1
+        done = []
+        while self._results:
+            done.append(self._results.popleft())
+            self._pending_results -= 1
+        return done
+
+
+def deliver(waiter, items, delay):
+    """What Ansible's results thread does, `delay` seconds from now: append each result."""
+    def run():
+        for item in items:
+            time.sleep(delay)
+            waiter._results.append(item)
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_the_results_queue_wakes_a_wait_when_a_result_arrives():
+    queue = strategy.ResultsQueue(["kept"])
+    assert list(queue) == ["kept"] and not queue.arrived.is_set()
+    queue.append("new")
+    assert queue.arrived.is_set() and list(queue) == ["kept", "new"]
+
+
+def test_the_wait_for_results_sleeps_until_one_arrives_and_returns_every_result():
+    waiter = Waiter(pending=2)
+    started = time.monotonic()
+    thread = deliver(waiter, ["r1", "r2"], 0.3)
+    results = waiter._wait_on_pending_results(None)
+    elapsed = time.monotonic() - started
+    thread.join()
+    assert results == ["r1", "r2"] and waiter._pending_results == 0
+    assert 0.55 <= elapsed < 0.9  # woken by each result, not by the 1 s bound
+    # ansible.builtin polls every internal_poll_interval (30 passes in 0.6 s at 0.02): here one pass a
+    # result, plus the first (and one more if a result lands while a pass runs)
+    assert waiter.passes <= 5, waiter.passes
+
+
+def test_a_result_that_arrives_before_the_wait_is_not_missed():
+    waiter = Waiter(pending=1)
+    waiter._results.append("early")  # arrived while the strategy was queueing tasks
+    started = time.monotonic()
+    assert waiter._wait_on_pending_results(None) == ["early"]
+    assert time.monotonic() - started < 0.2 and waiter.passes == 1
+
+
+def test_a_missed_wake_up_of_the_results_wait_costs_at_most_the_bound(monkeypatch):
+    monkeypatch.setattr(strategy, "MAX_WAIT_SECONDS", 0.2)
+    waiter = Waiter(pending=1)
+
+    def late():  # lands after the first pass; deque.extend does not set the event: no wake-up comes
+        time.sleep(0.05)
+        waiter._results.extend(["silent"])
+    thread = threading.Thread(target=late)
+    thread.start()
+    started = time.monotonic()
+    assert waiter._wait_on_pending_results(None) == ["silent"]
+    thread.join()
+    assert 0.15 <= time.monotonic() - started < 0.6
+
+
+def test_a_dead_worker_fails_the_wait_for_results():
+    from ansible.errors import AnsibleError
+    waiter = Waiter(pending=1, dead=True)
+    with pytest.raises(AnsibleError, match="dead state"):
+        waiter._wait_on_pending_results(None)
