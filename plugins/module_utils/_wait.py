@@ -55,7 +55,10 @@ CHECK_MODE = "check_mode"
 WAITING = "waiting"  # a slice ended before a verdict; the state carries the wait on
 
 EXCERPT_CHARS = 200
-MIN_SLICE_SECONDS = 1.0  # a slice returns early on a phase change, but not sooner than this
+# A slice returns early on a phase change, but not sooner than this: each slice is one module run (a
+# controller worker's ssh call, ~15 ms of controller CPU, and a Python start on the host). Phases a few
+# seconds apart are shown together, at most this much later; a real load's phases are minutes apart.
+MIN_SLICE_SECONDS = 5.0
 # Phase changes that end a slice early (progress shows at once): the long stretches of a start.
 # From the config line on, readiness is seconds away: a slice then runs on, so the relaunch of
 # the next slice never sits between the port opening and the wait noticing it.
