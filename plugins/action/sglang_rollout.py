@@ -19,10 +19,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host import CRITICAL_PATH_MODULES
+from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
 
 display = Display()
+# urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
+_http.preload()
 
 
 class ActionModule(ActionBase):

@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.inference.plugins.action.sglang_ready import (
     reset_connection,
     wait_in_slices,
 )
+from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
@@ -38,6 +39,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._router import 
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
 
 display = Display()
+# urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
+_http.preload()
 
 PREFIX = "sglang_rollout | "
 REJOIN_DELAY = 5.0
