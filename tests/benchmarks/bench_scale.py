@@ -14,14 +14,14 @@ of this lab's masters before and after the run). Per batch: the CPU the run spen
 batch's start and the next play's start (bench_times callback: ansible-playbook's own os.times,
 children included once reaped), divided by the batch's hosts.
 
-Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_interval 0.02) and
+Controller settings: this checkout's ansible.cfg (pipelining, internal_poll_interval 0.1) and
 forks = the rollout's hosts (at least 10), as README recommends for real fleets: the prepare phase runs
 every host at once. Baselines in the same session: the rollout back with Ansible's default
 internal_poll_interval (0.001 s), at the first size by default (--baseline first|all|none); at each
 size whose largest batch is smaller than its forks, the rollout back with forks = the largest batch (at
-least 10; README's advice before run 6) (--no-batch-forks-baseline: not); and at each size with more
-hosts than forks (--forks N; the prepare phase then queues hosts while every worker is busy) the
-rollout back with the opt-in strategy gpufleet.inference.linear (--no-strategy-baseline: not).
+least 10; README's advice before run 6) (--no-batch-forks-baseline: not); and at each size the rollout
+back with the opt-in strategy gpufleet.inference.linear, which waits for results and free workers
+without polling (--no-strategy-baseline: not).
 
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
@@ -64,6 +64,14 @@ def default_poll_config() -> str:
     path = bl.BUILD / "ansible-default-poll.cfg"
     path.write_text("\n".join(lines) + "\n")
     return str(path)
+
+
+def poll_interval() -> str:
+    """internal_poll_interval of this checkout's ansible.cfg (as written there)."""
+    for line in (bl.REPO / "ansible.cfg").read_text().splitlines():
+        if line.startswith("internal_poll_interval"):
+            return line.split("=", 1)[1].strip()
+    return "0.001 (Ansible's default)"
 
 
 def forks_for(size, args) -> int:
@@ -124,8 +132,8 @@ def measure(size, args, env) -> dict:
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         baseline = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
     linear = None
-    if args.strategy_baseline and run.rc == 0 and (baseline is None or baseline["rc"] == 0) and size > forks_for(size, args):
-        # The same rollout back with the opt-in strategy gpufleet.inference.linear (no busy wait for a free worker).
+    if args.strategy_baseline and run.rc == 0 and (baseline is None or baseline["rc"] == 0):
+        # The same rollout back with the opt-in strategy gpufleet.inference.linear (no polling for results or workers).
         window_back = bl.next_window()
         bl.write_group_vars(bl.server_settings(window_back, **settings))
         bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (strategy gpufleet.inference.linear)")
@@ -153,7 +161,7 @@ def measure(size, args, env) -> dict:
 def report(results, stop_reason, args):
     print(f"### P5 scale (tp {args.tp}, load {args.load:g} s + import {args.import_seconds:g} s, settle {args.settle:g} s,"
           f" default batches, router, ansible forks: {args.forks or 'the hosts, at least 10'},"
-          f" this checkout's ansible.cfg: internal_poll_interval 0.02, pipelining)\n")
+          f" this checkout's ansible.cfg: internal_poll_interval {poll_interval()}, pipelining)\n")
     rows = []
     base = None
     for r in results:
@@ -190,7 +198,7 @@ def report(results, stop_reason, args):
             b = r["baseline"]
             print(f"- {r['size']} hosts, baseline in the same session (the rollout back, Ansible's default "
                   f"internal_poll_interval 0.001): rc {b['rc']}, wall {b['wall']:.1f} s, controller CPU {b['cpu']:.1f} s "
-                  f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with 0.02)")
+                  f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with {poll_interval()})")
         if r.get("linear"):
             b = r["linear"]
             print(f"- {r['size']} hosts, in the same session: the rollout back with the opt-in strategy "
@@ -238,7 +246,7 @@ def main() -> int:
                         help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
                              "size (default), every size, or none")
     parser.add_argument("--strategy-baseline", action=argparse.BooleanOptionalAction, default=True,
-                        help="at each size with more hosts than forks, also roll back with gpufleet.inference.linear")
+                        help="at each size, also roll back with gpufleet.inference.linear")
     args = parser.parse_args()
     results, stop_reason = [], None
     for size in [int(s) for s in args.sizes.split(",") if s]:
