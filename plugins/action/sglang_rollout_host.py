@@ -31,8 +31,8 @@ from ansible_collections.gpufleet.inference.plugins.action.sglang_ready import (
     reset_connection,
     wait_in_slices,
 )
-from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError, find_worker

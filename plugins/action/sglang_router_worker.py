@@ -14,6 +14,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
 from ansible_collections.gpufleet.inference.plugins.modules.sglang_router_worker import ARGUMENT_SPEC, run
+
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
 _http.preload()
 
