@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError, find_worker
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import flag_value
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
 
 display = Display()
@@ -101,13 +102,7 @@ ARGUMENT_SPEC = dict(
 
 def config_of(command):
     """The path after --config in an SGLang command line (list of words), or None."""
-    words = list(command or [])
-    for index, word in enumerate(words):
-        if word == _args.CONFIG_FLAG and index + 1 < len(words):
-            return words[index + 1]
-        if str(word).startswith(_args.CONFIG_FLAG + "="):
-            return str(word).split("=", 1)[1]
-    return None
+    return flag_value([str(word) for word in command or []], _args.CONFIG_FLAG)[1]
 
 
 class StepFailed(Exception):
