@@ -458,3 +458,32 @@ def test_a_drain_that_fails_before_the_removal_leaves_the_worker_listed_and_says
                          wait=NEW_KEY_WAIT, listed=True)
     assert result["failed"] and router.calls == ["absent"], router.calls
     assert record["in_router"] is True and "OUT of the router" not in record["outcome"], record
+
+
+class _Listing(object):
+    """RouterClient for _still_listed: the router's workers, or a RouterError when it cannot be read."""
+    workers = []
+    error = None
+
+    def __init__(self, url, api_key, timeout):
+        self.url, self.api_key = url, api_key
+
+    def list_workers(self):
+        if self.error:
+            raise action_mod.RouterError(self.error)
+        return self.workers
+
+
+@pytest.mark.parametrize("workers, error, listed", [
+    ([{"url": "http://gpu-1:30000"}, {"url": "http://gpu-2:30000"}], None, True),
+    ([{"url": "http://gpu-2:30000"}], None, False),
+    ([], "HTTP 503 from the router", False),  # unreadable: treated as out of the router
+])
+def test_still_listed_reads_the_routers_workers_and_an_unreadable_router_counts_as_not_listed(
+        monkeypatch, workers, error, listed):
+    monkeypatch.setattr(_Listing, "workers", workers)
+    monkeypatch.setattr(_Listing, "error", error)
+    monkeypatch.setattr(action_mod, "RouterClient", _Listing)
+    action = fakes.make_action(action_mod, {}, action="gpufleet.inference.sglang_rollout_host")
+    action._router_args = {"url": "http://router:30000", "api_key": "", "worker_url": "http://gpu-1:30000"}
+    assert action._still_listed() is listed

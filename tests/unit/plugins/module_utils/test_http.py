@@ -315,6 +315,20 @@ def test_another_yaml_layout_is_read_with_pyyaml_and_garbage_is_an_error(tmp_pat
         http.api_key_from_config(str(tmp_path / "escape.yaml"))
 
 
+def test_without_pyyaml_only_the_collections_layout_or_an_empty_file_is_understood(tmp_path, monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "yaml", None)  # a host without PyYAML: `import yaml` fails
+    path = tmp_path / "sglang.yaml"
+    path.write_text('api-key: "k\\"ey"\n')
+    assert http.api_key_from_config(str(path)) == 'k"ey'
+    for empty in ("", "{}\n"):
+        path.write_text(empty)
+        assert http.api_key_from_config(str(path)) is None
+    path.write_text("port: 30000\napi_key: 'single quoted'\n")
+    with pytest.raises(http.ApiKeyFileError, match="no line like api-key.*this host has no PyYAML"):
+        http.api_key_from_config(str(path))
+
+
 class _Module(object):
     def __init__(self, **params):
         self.params = dict(dict(api_key=None, api_key_file=None), **params)
