@@ -17,9 +17,10 @@ the ones those tasks sent. Documentation: plugins/modules/sglang_compare.py.
 from __future__ import annotations
 
 import os
+import shlex
 
 import yaml
-from ansible.errors import AnsibleActionFail
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
@@ -32,6 +33,8 @@ except ImportError:  # pragma: no cover - PyYAML without libyaml
     from yaml import SafeLoader as SpecLoader
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
+from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
 
 # The role's templates call the collection's filters, and Ansible loads every filter file of a collection
 # for one of them. Imported with this plugin, in ansible-playbook's main process (its strategy loads the
@@ -97,6 +100,31 @@ class ActionModule(ActionBase):
             result["failed"] = True
         return result
 
+    def _preflight(self, python, environment, task_vars, args=None, detected=None):
+        """sglang_preflight's work and result: the version, or with `args` SGLang's own checks of them.
+        Through a pipelining connection its small scripts run as commands with their input on stdin: no
+        module payload is built in the run or sent per host (~0.2 MB each), and a check does not detect
+        the version again. Without pipelining (pipelining off, a become that needs a tty) the module runs,
+        as it does for a play that calls it."""
+        if not self._is_pipelining_enabled("new"):
+            module_args = dict(python=python, environment=environment)
+            if args is not None:
+                module_args["args"] = args
+            return self._module(PREFLIGHT_MODULE, module_args, task_vars)
+
+        def execute(argv, env):
+            answer = self._low_level_execute_command(shlex.quote(argv[0]) + " -c " + shlex.quote(_preflight.BOOTSTRAP),
+                                                     in_data=_preflight.remote_input(argv, env))
+            return answer.get("rc"), answer.get("stdout") or "", answer.get("stderr") or ""
+        known = None
+        if detected and detected.get("version"):
+            known = {"version": detected["version"], "source": detected.get("version_source")}
+        try:
+            return _preflight.preflight(execute, python, _preflight.command_environment(COMMAND_ENV, environment),
+                                        args, version=known)
+        except AnsibleConnectionFailure as exc:
+            return dict(failed=True, unreachable=True, msg=str(exc))
+
     def _role_argument_errors(self, entry_point, task_vars, settings):
         """The role's variables checked against one entry point of its argument spec, as the task
         Ansible puts in front of an entry point would (for a tasks file that is not one: one task
@@ -153,8 +181,7 @@ class ActionModule(ActionBase):
         version = str(args["version"] or "").strip()
         detected = None
         if not version:
-            detected = self._module(PREFLIGHT_MODULE, dict(
-                python=settings["sglang_python"], environment=settings["sglang_environment"] or {}), task_vars)
+            detected = self._preflight(settings["sglang_python"], settings["sglang_environment"] or {}, task_vars)
             if detected.get("failed"):
                 detected.update(step="version")
                 result.update(detected)
@@ -209,9 +236,8 @@ class ActionModule(ActionBase):
 
         # 5. A host that must change: its own SGLang checks the intended arguments (parses, starts nothing).
         if args["preflight"] and not drift.get("in_sync"):
-            checked = self._module(PREFLIGHT_MODULE, dict(
-                python=settings["sglang_python"], environment=settings["sglang_environment"] or {},
-                args=intent["command"][3:]), task_vars)
+            checked = self._preflight(settings["sglang_python"], settings["sglang_environment"] or {}, task_vars,
+                                      args=intent["command"][3:], detected=detected)
             result["preflight"] = dict((key, checked.get(key)) for key in ("checked", "unchecked", "msg")
                                        if key in checked)
             if checked.get("failed"):

@@ -16,7 +16,7 @@ Two small scripts run ON THE HOST with the host's SGLang interpreter (``python -
 
 Each script prints one line ``<MARKER> {json}`` on stdout; the parsers below read it and fall
 back to the exit code and stderr when the script died before printing it. Nothing here
-imports Ansible or SGLang: the module runs the argv and hands the output back.
+imports Ansible or SGLang: the module (or an action plugin) runs the argv and hands the output back.
 
 Private to this collection: no compatibility promise.
 """
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import re
+
+from ansible_collections.gpufleet.inference.plugins.module_utils._args import CONFIG_FLAG
 
 MARKER = "GPUFLEET_PREFLIGHT"
 
@@ -347,3 +349,68 @@ def parse_check_output(rc, out, err):
             "exception": None if ok else report.get("exception"),
             "checked": list(report.get("checked") or []),
             "unchecked": list(report.get("unchecked") or [])}
+
+
+def without_config(args):
+    """args without the ``--config FILE`` pair (the file holds the API key and may not be installed yet)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == CONFIG_FLAG:
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def command_environment(base, environment):
+    """What a script runs with besides the host's own environment: `base` (the collection's command
+    environment, _host.COMMAND_ENV) and the server's (sglang_environment), as text like the unit's."""
+    env = dict(base)
+    env.update(dict((str(key), str(value)) for key, value in (environment or {}).items()))
+    return env
+
+
+def preflight(execute, python, environment, args=None, version=None):
+    """The preflight of one host: its SGLang version, then (with `args`) SGLang's own checks of them.
+
+    ``execute(argv, environment) -> (rc, out, err)`` runs one argv on the host with `environment`
+    added to its own (the module runs it with run_command; the rollout's compare action as one
+    command through the task's connection, without building and sending the module). Returns what
+    the module sglang_preflight returns: changed, version, version_source, with `args` checked and
+    unchecked; on failure also failed and msg. A caller that detected the version already passes it
+    (and its source): only the check runs then.
+    """
+    if version is None:
+        version = parse_version_output(*execute(version_command(python), environment))
+    result = dict(changed=False, version=version.get("version"), version_source=version.get("source"))
+    if not version.get("version"):
+        result.update(failed=True, msg="cannot tell which SGLang %s (sglang_python) has: %s. Point sglang_python at "
+                      "the interpreter that has sglang installed, or set sglang_version." % (
+                          python, version.get("error") or "no version found"))
+        return result
+    if args is None:
+        return result
+    check = parse_check_output(*execute(check_command(python, without_config(args)), environment))
+    result.update(checked=check.get("checked") or [], unchecked=check.get("unchecked") or [])
+    if not check.get("ok"):
+        result.update(failed=True, msg="SGLang %s (%s) rejects the intended arguments (%s): %s. Nothing was changed." % (
+            result["version"], python, check.get("stage") or "check", check.get("error") or "no error output"))
+    return result
+
+
+# Runs one argv on the host for an action plugin, through the task's connection as one shell command
+# (no module payload): the argv and the environment come on stdin, never on a command line (the
+# environment may hold tokens; a command line shows in `ps` and in Ansible's -vvv output). It runs
+# under the interpreter it starts (sys.executable, argv[0] as the shell found it), with the environment
+# in place before that interpreter starts (LD_LIBRARY_PATH, PYTHONPATH).
+BOOTSTRAP = ("import json,os,sys;d=json.loads(sys.stdin.read());e=dict(os.environ);e.update(d['env']);"
+             "os.execve(sys.executable,[sys.executable]+d['args'],e)")
+
+
+def remote_input(argv, environment):
+    """stdin for BOOTSTRAP run by argv[0]: the rest of argv and the environment to add."""
+    return json.dumps({"args": [str(arg) for arg in argv[1:]],
+                       "env": dict((str(key), str(value)) for key, value in (environment or {}).items())})

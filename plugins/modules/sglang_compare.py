@@ -19,6 +19,11 @@ description:
     render the role's unit and journald templates (O(templates), with C(__sglang_version) set); compare the host with
     them (M(gpufleet.inference.sglang_drift)); and only when the host must change, check the intended arguments with
     the host's own SGLang (M(gpufleet.inference.sglang_preflight) with C(args): parses, starts nothing)."
+  - Through a connection with pipelining (Ansible's C(pipelining), a become without a tty), the version detection and
+    the check run M(gpufleet.inference.sglang_preflight)'s two scripts as commands, their arguments and the server's
+    environment on standard input (never on a command line), instead of sending the module - each module run ships
+    about 0.2 MB to the host and starts Ansible's module wrapper there. Without pipelining the module runs. The checks
+    and messages are the same.
   - The result is M(gpufleet.inference.sglang_drift)'s, plus RV(prepared) (what the role keeps for later steps).
   - Why one task - the five tasks it replaces each cost a controller fork and a templating of the role's settings,
     for every host of a fleet.

@@ -78,28 +78,7 @@ unchecked:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import CONFIG_FLAG
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
-
-
-def without_config(args):
-    """args without the ``--config FILE`` pair."""
-    out, skip = [], False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg == CONFIG_FLAG:
-            skip = True
-            continue
-        out.append(arg)
-    return out
-
-
-def run_script(module, argv):
-    env = dict(COMMAND_ENV)
-    env.update(dict((str(key), str(value)) for key, value in (module.params["environment"] or {}).items()))
-    return module.run_command(argv, environ_update=env)
 
 
 def main():
@@ -111,22 +90,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    python = module.params["python"]
-    version = _preflight.parse_version_output(*run_script(module, _preflight.version_command(python)))
-    result = dict(changed=False, version=version.get("version"), version_source=version.get("source"))
-    if not version.get("version"):
-        module.fail_json(msg="cannot tell which SGLang %s (sglang_python) has: %s. Point sglang_python at the "
-                         "interpreter that has sglang installed, or set sglang_version." % (
-                             python, version.get("error") or "no version found"), **result)
-    if module.params["args"] is None:
-        module.exit_json(**result)
-    check = _preflight.parse_check_output(*run_script(module, _preflight.check_command(
-        python, without_config(module.params["args"]))))
-    result.update(checked=check.get("checked") or [], unchecked=check.get("unchecked") or [])
-    if not check.get("ok"):
-        module.fail_json(msg="SGLang %s (%s) rejects the intended arguments (%s): %s. Nothing was changed." % (
-            result["version"], python, check.get("stage") or "check", check.get("error") or "no error output"),
-            **result)
+    result = _preflight.preflight(lambda argv, env: module.run_command(argv, environ_update=env),
+                                  module.params["python"], _preflight.command_environment(COMMAND_ENV, module.params["environment"]),
+                                  module.params["args"])
+    if result.pop("failed", False):
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

@@ -260,6 +260,43 @@ class TestOnADeployedFleet:
             assert_record_matches_host(record, after[name])
         assert records.lock() is None
 
+    @pytest.mark.parametrize("bad,expected", [
+        ({"sglang_extra_args": {"--bogus-flag": "x"}}, "rejects the intended arguments (parse)"),
+        ({"sglang_python": "/opt/no-sglang/bin/python"},
+         "cannot tell which SGLang /opt/no-sglang/bin/python (sglang_python) has"),
+    ], ids=["its-sglang-rejects-the-arguments", "no-sglang-at-sglang_python"])
+    def test_last_host_its_own_sglang_refuses_fails_before_the_canary_changes(
+            self, bad, expected, deployed, make_inventory, lab, lab_hosts, router_url, tmp_path):
+        """Issue 11: the host's own SGLang checks the arguments (or cannot be found) in the prepare phase,
+        through the connection as commands whose input comes on stdin: a token in sglang_environment never
+        shows on a command line (Ansible's -vvv prints every command it runs)."""
+        token = "gpf-test-token-5b1f"
+        inv = make_inventory()
+        inv.set_vars(sglang_speculative_draft_window_size=NEW)
+        last = lab_hosts[-1]["name"]
+        inv.set_host_vars(last, sglang_environment=dict(SIM_ENV, GPF_TEST_TOKEN=token), **bad)
+        results = tmp_path / "results"
+        run = finished(rollout(inv, results, lab_hosts, "-vvv"))
+        after = fleet_state(lab, lab_hosts, router_url)
+
+        assert run.rc != 0, run
+        assert not any(play_batches(run.out)), run  # the apply phase never started
+        assert_nothing_changed(deployed, after)  # the canary's InvocationID among the rest
+        records = Records(results)
+        hosts = assert_records_consistent(records, records.only_run())
+        assert hosts[last]["status"] == "failed" and expected in hosts[last]["error"], hosts[last]
+        # The error line (with -vvv the results above it are printed wrapped).
+        stop = re.search(r"^\[ERROR\]: .*Rollout stopped at (\S+): (.*)$", run.out, re.M)
+        assert stop and stop.group(1) == last and expected in stop.group(2), run
+        for name, record in hosts.items():
+            if name != last:
+                assert record["status"] == "pending", record
+        commands = [line for line in run.out.splitlines() if "EXEC" in line]
+        assert any("GPUFLEET_PREFLIGHT" not in line and "os.execve" in line for line in commands), \
+            "the preflight did not run as a command"
+        assert not [line for line in commands if token in line]
+        assert records.lock() is None
+
 
 def host_files(lab, host) -> str:
     """Checksums of every file the role or a rollout may write on a host."""

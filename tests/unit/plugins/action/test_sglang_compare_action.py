@@ -54,6 +54,8 @@ def compare(host, settings=None, rendered=None, **over):
     args.update(over)
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
     action._execute_module = host
+    # The module path (a connection without pipelining); the commands path: the tests of Commands below.
+    action._is_pipelining_enabled = lambda *a, **k: False
     renders = rendered if rendered is not None else []
     action._render = lambda template, task_vars, values: renders.append(
         (template, values["__sglang_version"])) or "%s for %s" % (template, values["__sglang_version"])
@@ -217,6 +219,125 @@ def test_a_host_lost_during_the_argument_check_is_unreachable():
     assert host.names() == ["sglang_drift", "sglang_preflight"]
 
 
+# ------------------------------------------------------------------ the preflight as commands (pipelining)
+
+class Commands(object):
+    """_low_level_execute_command on a pipelining connection: runs the bootstrap's input (argv, environment)
+    against scripted answers per script (version, check); records command lines and inputs."""
+
+    def __init__(self, version=None, check=None, lost=None):
+        import json as _json
+        self._json = _json
+        self.answers = {"version": version, "check": check}
+        self.lost = lost
+        self.commands, self.inputs = [], []
+
+    def __call__(self, cmd, sudoable=True, in_data=None, **kwargs):
+        from ansible.errors import AnsibleConnectionFailure
+        if self.lost:
+            raise AnsibleConnectionFailure(self.lost)
+        self.commands.append(cmd)
+        data = self._json.loads(in_data)
+        self.inputs.append(data)
+        script = "version" if data["args"][1] == action_mod._preflight.VERSION_SCRIPT else "check"
+        rc, out, err = self.answers[script]
+        return {"rc": rc, "stdout": out, "stderr": err}
+
+    def scripts(self):
+        return ["version" if data["args"][1] == action_mod._preflight.VERSION_SCRIPT else "check"
+                for data in self.inputs]
+
+
+def report(data):
+    import json
+    return "noise\n%s %s\n" % (action_mod._preflight.MARKER, json.dumps(data))
+
+
+VERSION_0523 = (0, report({"version": "0.5.23", "source": "metadata", "error": None}), "")
+CHECK_OK = (0, report({"ok": True, "stage": "resolve", "error": None, "exception": None, "checked": ["parse"],
+                       "unchecked": []}), "")
+
+
+def compare_by_commands(host, commands, settings=None, **over):
+    args = dict(settings=dict(settings or SETTINGS), version="", address="10.0.0.7", worker_url="",
+                templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
+                paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
+                last_good_dir="/var/lib/l", prompt="The capital of France is", max_new_tokens=16)
+    args.update(over)
+    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
+    action._execute_module = host
+    action._is_pipelining_enabled = lambda *a, **k: True
+    action._low_level_execute_command = commands
+    action._render = lambda template, task_vars, values: "%s for %s" % (template, values["__sglang_version"])
+    return action.run(task_vars={"inventory_hostname": "gpu-1"})
+
+
+def test_with_pipelining_the_preflight_runs_as_commands_and_no_preflight_module_is_sent():
+    host = Host(sglang_drift=[DRIFTED])
+    commands = Commands(version=VERSION_0523, check=CHECK_OK)
+    settings = dict(SETTINGS, sglang_environment={"HF_TOKEN": "hf-secret-1", "NCCL_DEBUG": "WARN"})
+    out = compare_by_commands(host, commands, settings=settings)
+    assert not out.get("failed"), out
+    assert host.names() == ["sglang_drift"]  # the drift module only
+    assert commands.scripts() == ["version", "check"]
+    assert out["prepared"]["version"] == "0.5.23" and out["prepared"]["version_source"] == "metadata"
+    assert out["preflight"] == {"checked": ["parse"], "unchecked": []}
+    # The command line is the interpreter and the bootstrap: the environment and the arguments come on stdin.
+    python = SETTINGS["sglang_python"]
+    for cmd in commands.commands:
+        assert cmd.startswith(python + " -c ") and "hf-secret-1" not in cmd and "NCCL_DEBUG" not in cmd
+    for data in commands.inputs:
+        assert data["env"]["HF_TOKEN"] == "hf-secret-1" and data["env"]["LC_ALL"] == "C"
+    intent = _args.build_intent(settings, "0.5.23")
+    assert commands.inputs[1]["args"][2:] == action_mod._preflight.without_config(intent["command"][3:])
+
+
+def test_with_pipelining_a_host_in_sync_runs_only_the_version_command():
+    commands = Commands(version=VERSION_0523)
+    out = compare_by_commands(Host(sglang_drift=[IN_SYNC]), commands)
+    assert not out.get("failed") and "preflight" not in out and commands.scripts() == ["version"], out
+
+
+def test_with_pipelining_an_interpreter_that_is_not_there_fails_naming_it_and_nothing_else_runs():
+    host = Host()
+    commands = Commands(version=(127, "", "/bin/sh: 1: /opt/sglang/venv/bin/python: not found"))
+    out = compare_by_commands(host, commands)
+    assert out["failed"] and out["step"] == "version", out
+    assert out["msg"] == ("cannot tell which SGLang /opt/sglang/venv/bin/python (sglang_python) has: /bin/sh: 1: "
+                          "/opt/sglang/venv/bin/python: not found (exit 127). Point sglang_python at the interpreter "
+                          "that has sglang installed, or set sglang_version.")
+    assert host.calls == []
+
+
+def test_with_pipelining_arguments_sglang_rejects_fail_the_host_at_preflight():
+    check = (1, report({"ok": False, "stage": "parse", "exception": "SystemExit", "checked": [], "unchecked": [],
+                        "error": "argument --tp-size: invalid int value: 'eight'"}), "")
+    out = compare_by_commands(Host(sglang_drift=[DRIFTED]), Commands(version=VERSION_0523, check=check))
+    assert out["failed"] and out["step"] == "preflight", out
+    assert "rejects the intended arguments (parse): argument --tp-size: invalid int value" in out["msg"]
+
+
+def test_with_pipelining_a_lost_connection_is_unreachable():
+    out = compare_by_commands(Host(), Commands(lost="ssh: connect to host 10.0.0.7 port 22: Connection refused"))
+    assert out["failed"] and out["unreachable"] and out["step"] == "version", out
+
+
+def test_without_pipelining_the_preflight_module_runs():
+    host = Host(sglang_preflight=[{"changed": False, "version": "0.5.23", "version_source": "metadata"}],
+                sglang_drift=[IN_SYNC])
+    commands = Commands(version=VERSION_0523)
+    args = dict(settings=dict(SETTINGS), version="", address="10.0.0.7", worker_url="",
+                templates={"unit": "u", "journald": "j"}, paths={"unit": UNIT, "journald": JOURNALD},
+                secret_files=[], receipt_dir="/r", last_good_dir="/l", prompt="p", max_new_tokens=1)
+    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
+    action._execute_module = host
+    action._connection.is_pipelining_enabled = lambda *a, **k: False  # what _is_pipelining_enabled asks
+    action._low_level_execute_command = commands
+    action._render = lambda template, task_vars, values: "rendered"
+    out = action.run(task_vars={"inventory_hostname": "gpu-1"})
+    assert not out.get("failed") and host.names() == ["sglang_preflight", "sglang_drift"] and commands.inputs == []
+
+
 # ------------------------------------------------------------------ the role's variables (tasks/compare.yml)
 
 def compare_in_role(host, variables, over_settings=None):
@@ -250,6 +371,7 @@ def compare_in_role(host, variables, over_settings=None):
     action._loader = loader
     action._templar = templar
     action._execute_module = host
+    action._is_pipelining_enabled = lambda *a, **k: False
     action._render = lambda template, task_vars, values: "%s for %s" % (template, values["__sglang_version"])
     return action.run(task_vars=task_vars)
 

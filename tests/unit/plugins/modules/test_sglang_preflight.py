@@ -93,7 +93,7 @@ def test_args_are_checked_without_the_config_file(monkeypatch):
     ([], []),
 ])
 def test_without_config(args, kept):
-    assert sglang_preflight.without_config(args) == kept
+    assert _preflight.without_config(args) == kept
 
 
 def test_rejected_args_fail_naming_the_stage_and_the_cause(monkeypatch):
