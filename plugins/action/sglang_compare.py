@@ -35,6 +35,7 @@ except ImportError:  # pragma: no cover - PyYAML without libyaml
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
+from ansible_collections.gpufleet.inference.plugins.plugin_utils._builds import collector_paused
 
 # The role's templates call the collection's filters, and Ansible loads every filter file of a collection
 # for one of them. Imported with this plugin, in ansible-playbook's main process (its strategy loads the
@@ -95,7 +96,9 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def _module(self, name, module_args, task_vars):
-        result = self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+        # The first host's worker builds the module's payload for the run (see collector_paused).
+        with collector_paused():
+            result = self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
         if result.get("unreachable"):
             result["failed"] = True
         return result

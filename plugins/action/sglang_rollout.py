@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host i
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
+from ansible_collections.gpufleet.inference.plugins.plugin_utils._builds import collector_paused
 
 display = Display()
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
@@ -166,7 +167,8 @@ class ActionModule(ActionBase):
         built = []
         for name in CRITICAL_PATH_MODULES:
             try:
-                self._configure_module(name, {}, build_vars)
+                with collector_paused():
+                    self._configure_module(name, {}, build_vars)
             except Exception as exc:  # pylint: disable=broad-except
                 display.vvv("sglang_rollout: could not prebuild %s: %s" % (name, exc))
                 continue
