@@ -192,6 +192,7 @@ def test_slices_then_a_verdict(clock, shown):
     assert [item["text"] for item in result["events"]] == ["old invocation still active", "new invocation %s" % NEW,
                                                            "shard 3/16", "/generate answered (8 tokens)"]
     assert [call["module_name"] for call in module.calls] == ["gpufleet.inference.sglang_ready"] * 3
+    assert result["module_runs"] == 3
     first, second, third = (call["args"] for call in module.calls)
     assert "resume" not in first  # a resume given to the task is never passed on
     assert first["slice_seconds"] == 5.0 and first["unit"] == "sglang.service"
@@ -208,8 +209,15 @@ def test_slices_then_a_verdict(clock, shown):
 def test_one_call_does_the_whole_wait_with_slice_seconds_0(clock, shown):
     module = Module(clock, [PASS])
     result = run(make_action({"slice_seconds": 0}), module)
-    assert result["verdict"] == "pass" and len(module.calls) == 1
+    assert result["verdict"] == "pass" and len(module.calls) == 1 and result["module_runs"] == 1
     assert module.calls[0]["args"]["slice_seconds"] == 0.0
+
+
+def test_without_slice_seconds_a_slice_is_30_seconds(clock, shown):
+    # Each slice is a module run (~20 ms of controller CPU): 30 s slices over a 300 s load are 10 runs, not 30.
+    module = Module(clock, [PASS])
+    run(make_action({"unit": "sglang.service"}), module)
+    assert module.calls[0]["args"]["slice_seconds"] == 30.0
 
 
 def test_a_failed_verdict_is_returned_as_it_is(clock, shown):
@@ -303,6 +311,7 @@ def test_lost_before_the_first_answer(clock, shown):
     assert result["verdict"] == "connection_lost" and result["invocation_id"] is None
     assert "Last known: the wait had not reported yet after" in result["msg"]
     assert result["phases"] == {} and result["events"] == []
+    assert result["module_runs"] == len(module.calls) > 1  # every try counts
 
 
 def test_the_task_timeout_bounds_the_retries(clock, shown):

@@ -176,7 +176,7 @@ def test_defaults(monkeypatch):
     params = module.params
     assert (params["unit"], params["url"], params["timeout"], params["min_ready_seconds"]) == (
         "sglang.service", "http://127.0.0.1:30000", 900, 10)
-    assert params["slice_seconds"] == 10 and params["write_receipt"] is True and params["accept_unverified"] is False
+    assert params["slice_seconds"] == 30 and params["write_receipt"] is True and params["accept_unverified"] is False
     assert params["receipt_dir"] == "/var/lib/gpufleet-inference/receipts"
     waiter = sglang_ready.build_waiter(module, FakeHost(states=[(0.0, unit_state(NEW))]))
     assert waiter.tracker.verify_only and waiter.intent.mode == "optional"
