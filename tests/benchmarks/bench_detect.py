@@ -49,17 +49,21 @@ UNIT = "gpf-bench-p1.service"
 PORT = 30100
 PLAYBOOK = bl.HERE / "playbooks" / "p1_wait.yml"
 METHODS = {
-    "module": {"bench_method": "module", "bench_poll_interval": 0.25, "bench_slice_seconds": 10},
-    "module_poll5": {"bench_method": "module_poll5", "bench_poll_interval": 5, "bench_slice_seconds": 10},
-    "uri": {"bench_method": "uri", "bench_poll_interval": 0.25, "bench_slice_seconds": 10},
+    "module": {"bench_method": "module", "bench_poll_interval": 0.25, "bench_slice_seconds": 30},
+    "module_poll5": {"bench_method": "module_poll5", "bench_poll_interval": 5, "bench_slice_seconds": 30},
+    "uri": {"bench_method": "uri", "bench_poll_interval": 0.25, "bench_slice_seconds": 30},
     "module_1call": {"bench_method": "module_1call", "bench_poll_interval": 0.25, "bench_slice_seconds": 0},
+    "module_slice10": {"bench_method": "module_slice10", "bench_poll_interval": 0.25, "bench_slice_seconds": 10},
 }
 LABELS = {
     "module": "sglang_ready, poll_interval 0.25 (new)",
     "module_poll5": "sglang_ready, poll_interval 5 (previous cadence)",
     "uri": "uri POST /generate, until/retries/delay 5 (common pattern)",
     "module_1call": "sglang_ready, poll_interval 0.25, slice_seconds 0: one module call (diagnostic)",
+    "module_slice10": "sglang_ready, slice_seconds 10 (the previous default; long wait only)",
 }
+# The long wait (--cpu-load) also runs these: what the slice length costs the controller over a long load.
+LONG_ONLY = ("module_slice10",)
 TARGET_MEDIAN = 0.3
 
 
@@ -180,6 +184,8 @@ def one(host, method, load, probe_interval, pidns):
         row["module_generate"] = calendar.timegm(time.strptime(gen_at[:19], "%Y-%m-%dT%H:%M:%S")) \
             + float("0" + gen_at[19:-1]) - prober.first_ok
     row["cpu_commands"], row["cpu_sshd"] = cpu_of(start, end, host["name"])
+    # The whole ansible-playbook run's CPU (its start-up and the other tasks are the same for every method).
+    row["controller_cpu"], row["module_runs"] = run.cpu, result.get("module_runs")
     if not row.get("invocation"):
         row["invocation"] = bl.sh(host["address"], f"systemctl show -p InvocationID --value {UNIT}").strip()
     access = access_log_first_ok(host["address"], row["invocation"])
@@ -228,7 +234,7 @@ def main() -> int:
                        f"wait {bl.fmt(row.get('wait'), 1)} s, host CPU {bl.fmt(row.get('cpu_commands'), 2)} s")
         long_rows = []
         if args.cpu_load > 0:
-            for method in methods:
+            for method in methods + [m for m in LONG_ONLY if m not in methods]:
                 row = one(host, method, args.cpu_load, args.probe_interval, pidns)
                 long_rows.append(row)
                 bl.log(f"  long wait {method:<12} load {args.cpu_load:.0f} s: wait {bl.fmt(row.get('wait'), 1)} s, "
@@ -300,6 +306,7 @@ def report(rows, long_rows, methods, n, loads, args):
                     f"long wait (load {args.cpu_load:.0f} s): CPU s per wait-minute (sshd)"], cpu_rows))
     print("\nA short wait is dominated by each module run's start-up (one Python process per slice); the long "
           "wait shows the steady cost while a model loads.")
+    controller_rows(long_rows, args)
     for method in methods:
         lat = [r["latency"] for r in rows if r["method"] == method and r.get("ok") and r.get("latency") is not None]
         bl.summary("P1", f"detection latency, {LABELS[method]}: median / p90 / max",
@@ -315,6 +322,31 @@ def report(rows, long_rows, methods, n, loads, args):
             bl.summary("P1", f"host CPU per wait-minute, {LABELS[method]}"
                        + (f" ({lrow[0]['wait']:.0f} s wait)" if lrow else " (short waits)"),
                        f"{sum(r['cpu_commands'] for r in use) / wait * 60:.2f} s", "small (no number set)", None)
+
+
+def controller_rows(long_rows, args):
+    """The controller's side of the long wait: module runs and the whole run's CPU, per slice length."""
+    rows = [r for r in long_rows if r.get("ok") and r.get("controller_cpu") is not None]
+    if not rows:
+        return
+    one_call = next((r for r in rows if r["method"] == "module_1call"), None)
+    table = []
+    for r in rows:
+        extra = None
+        if one_call is not None and r["method"] != "module_1call" and r.get("module_runs") and r["module_runs"] > 1:
+            extra = (r["controller_cpu"] - one_call["controller_cpu"]) / (r["module_runs"] - 1)
+        table.append([LABELS[r["method"]], bl.fmt(r["wait"], 0), str(r.get("module_runs") or "-"),
+                      bl.fmt(r["controller_cpu"], 2), bl.fmt(extra, 3)])
+    print(f"\nThe controller over the long wait (load {args.cpu_load:.0f} s, one run each): ansible-playbook's whole "
+          "CPU (start-up and the other tasks are the same for every method), and per module run beyond the one "
+          "call (the difference to slice_seconds 0, over the extra runs; one run each: +-0.1 s of noise):")
+    print(bl.table(["method", "wait s", "module runs", "controller CPU s", "CPU s per extra module run"], table))
+    for r in rows:
+        if r["method"] in ("module", "module_slice10") and r.get("module_runs"):
+            per_run = [x[4] for x in table if x[0] == LABELS[r["method"]]][0]
+            bl.summary("P5", f"controller CPU of a {r['wait']:.0f} s wait, {LABELS[r['method']]}",
+                       f"{r['controller_cpu']:.2f} s whole run, {r['module_runs']} module runs ({per_run} s per "
+                       "extra run)", "small (part of <= 0.5 s per host per batch)", None)
 
 
 if __name__ == "__main__":

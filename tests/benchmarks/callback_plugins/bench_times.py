@@ -32,7 +32,7 @@ import time
 
 from ansible.plugins.callback import CallbackBase
 
-KEEP = ("verdict", "elapsed", "phases", "invocation_id", "attempts", "status", "msg")
+KEEP = ("verdict", "elapsed", "phases", "invocation_id", "attempts", "status", "msg", "module_runs")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
