@@ -189,7 +189,25 @@ class TestOnADeployedFleet:
             assert task == "Check the rollout's variables and take the fleet's lock", (label, run)
             assert "rollout_batches" in message, (label, message)
             assert "TASK [gpufleet.inference.sglang : Compare this host" not in run.out, (label, run)
+            # ... and that failure is the only one: the finish play has no run to finish and says nothing more.
+            assert len(failures(run.out)) == 1 and "has no attribute" not in run.out, (label, run)
             assert Records(results).run_ids() == [] and Records(results).lock() is None, label
+        assert_nothing_changed(deployed, fleet_state(lab, lab_hosts, router_url))
+
+    def test_a_rollout_that_matches_no_host_fails_saying_so(self, deployed, make_inventory, lab, lab_hosts,
+                                                            router_url, tmp_path):
+        """A mistyped rollout_hosts (or a --limit outside it) fails naming the pattern, not with a template error."""
+        inv = make_inventory()
+        inv.set_vars(sglang_speculative_draft_window_size=NEW)
+        results = tmp_path / "results"
+        run = finished(rollout(inv, results, lab_hosts, "-e", "rollout_hosts=gpu-typo"))
+        assert run.rc not in (0, 250) and "Traceback" not in run.out, run
+        (task, host, message), = failures(run.out)
+        assert task == "Stop when no host matched the rollout (nothing was compared or changed)", run
+        message = message.replace("''", "'")  # the yaml callback's quoting
+        assert host == "localhost" and "No host matched rollout_hosts 'gpu-typo' with --limit" in message, message
+        assert "has no attribute" not in run.out and "HostVarsVars" not in run.out, run
+        assert Records(results).run_ids() == [] and Records(results).lock() is None
         assert_nothing_changed(deployed, fleet_state(lab, lab_hosts, router_url))
 
     def test_capacity_guard_waits_then_stops_naming_the_unhealthy_hosts(
