@@ -46,7 +46,9 @@ class Host(object):
         return [name for name, dummy in self.calls]
 
 
-def compare(host, settings=None, rendered=None, **over):
+def compare(host, settings=None, rendered=None, commands=None, **over):
+    """The action with `host`'s modules; with `commands` (a Commands), through a pipelining connection whose
+    commands it answers, else the module path (a connection without pipelining)."""
     args = dict(settings=dict(settings or SETTINGS), version="", address="10.0.0.7", worker_url="",
                 templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
                 paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
@@ -54,8 +56,9 @@ def compare(host, settings=None, rendered=None, **over):
     args.update(over)
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
     action._execute_module = host
-    # The module path (a connection without pipelining); the commands path: the tests of Commands below.
-    action._is_pipelining_enabled = lambda *a, **k: False
+    action._is_pipelining_enabled = lambda *a, **k: commands is not None
+    if commands is not None:
+        action._low_level_execute_command = commands
     renders = rendered if rendered is not None else []
     action._render = lambda template, task_vars, values: renders.append(
         (template, values["__sglang_version"])) or "%s for %s" % (template, values["__sglang_version"])
@@ -259,17 +262,7 @@ CHECK_OK = (0, report({"ok": True, "stage": "resolve", "error": None, "exception
 
 
 def compare_by_commands(host, commands, settings=None, **over):
-    args = dict(settings=dict(settings or SETTINGS), version="", address="10.0.0.7", worker_url="",
-                templates={"unit": "sglang.service.j2", "journald": "journald-ratelimit.conf.j2"},
-                paths={"unit": UNIT, "journald": JOURNALD}, secret_files=[], receipt_dir="/var/lib/r",
-                last_good_dir="/var/lib/l", prompt="The capital of France is", max_new_tokens=16)
-    args.update(over)
-    action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_compare")
-    action._execute_module = host
-    action._is_pipelining_enabled = lambda *a, **k: True
-    action._low_level_execute_command = commands
-    action._render = lambda template, task_vars, values: "%s for %s" % (template, values["__sglang_version"])
-    return action.run(task_vars={"inventory_hostname": "gpu-1"})
+    return compare(host, settings=settings, commands=commands, **over)
 
 
 def test_with_pipelining_the_preflight_runs_as_commands_and_no_preflight_module_is_sent():
