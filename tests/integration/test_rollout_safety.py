@@ -459,9 +459,15 @@ def test_transient_connection_breaks_during_the_wait_neither_fail_nor_revert(rol
         assert master, "no SSH master (ControlPersist) to the second host during its wait"
         breaker = threading.Thread(target=break_first)
         breaker.start()
-        killed = wait_for(lambda: kill_ssh_clients(run, second["address"]), 60, 0.2,
-                          f"an ssh client of the wait to {second['name']}")
-        assert master not in killed and inv.master_pid(second["address"]) == master  # the master lives on
+
+        def kill_a_client():
+            # The master is checked right before the kill: after it, the wait may stop the master itself (it
+            # resets a connection that lost a slice), so a check then would race the code under test.
+            alive = inv.master_pid(second["address"]) == master
+            pids = kill_ssh_clients(run, second["address"])
+            return (pids, alive) if pids else None
+        killed, master_alive = wait_for(kill_a_client, 60, 0.2, f"an ssh client of the wait to {second['name']}")
+        assert master not in killed and master_alive  # a client of the wait died while its master lived
         breaker.join(30)
         finished(run)
     finally:
