@@ -460,14 +460,19 @@ def test_transient_connection_breaks_during_the_wait_neither_fail_nor_revert(rol
         breaker = threading.Thread(target=break_first)
         breaker.start()
 
+        seen = {}
+
         def kill_a_client():
             # The master is checked right before the kill: after it, the wait may stop the master itself (it
             # resets a connection that lost a slice), so a check then would race the code under test.
             alive = inv.master_pid(second["address"]) == master
             pids = kill_ssh_clients(run, second["address"])
-            return (pids, alive) if pids else None
-        killed, master_alive = wait_for(kill_a_client, 60, 0.2, f"an ssh client of the wait to {second['name']}")
-        assert master not in killed and master_alive  # a client of the wait died while its master lived
+            if pids:
+                seen.update(killed=pids, master_alive=alive)
+            return bool(pids)
+        wait_for(kill_a_client, 60, 0.2, f"an ssh client of the wait to {second['name']}")
+        killed = seen["killed"]
+        assert master not in killed and seen["master_alive"]  # a client of the wait died while its master lived
         breaker.join(30)
         finished(run)
     finally:
