@@ -10,8 +10,14 @@ SGLang logs, once from TP rank 0, e.g.::
     [2026-11-29 10:00:00 TP0] Initialized DFLASH draft runner. attention_backend=flashinfer,
         model=DFlashDraftModel, block_size=16, draft_window_size=2048, compact_cache=True
 
+A line is recognised by SGLang's logging SHAPE, never by a substring: the logging prefix
+``[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]`` (rank tags only for dimensions > 1) with the message right
+after it. With ``--log-requests`` SGLang logs each request's text (``Receive: obj=...``), so a user
+prompt that quotes a config line must not become one: its marker is not at the message's start.
+Request text is logged through ``repr``/JSON, so it can never begin a journal line of its own.
 Deployments wrap lines (docker ``--timestamps``, Ray's ``(Actor pid=N) ... [repeated 7x across
-cluster]``) and class names vary, so only the ``key=value`` pairs after the marker are trusted.
+cluster]``) and class names vary: those wrappers are accepted in front of the prefix, and only the
+``key=value`` pairs after the marker are read.
 """
 from __future__ import annotations
 
@@ -26,11 +32,14 @@ MARKERS = {
 }
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# What deployments put in front of SGLang's own line: docker's RFC 3339 stamp, Ray's actor tag.
+_WRAPPER = r"(?:\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})\s+)?" \
+           r"(?:\((?:[\w.]+\s+)?pid=\d+(?:,\s*ip=[\w.:]+)?\)\s+)?"
+# SGLang's logging prefix "[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*] " and the message right after it.
+_LINE_RE = re.compile(
+    r"^" + _WRAPPER + r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
+    r"(?P<tags>(?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]\s(?P<message>.*)$", re.DOTALL)
 _MARKER_RE = re.compile(r"Initialized (?:DFLASH draft runner|DDTree worker)\.")
-# The logging prefix right before the message: "[YYYY-MM-DD HH:MM:SS(.mmm)( TAGn)*]".
-_PREFIX_RE = re.compile(
-    r"\[(?P<ts>\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?)"
-    r"(?P<tags>(?:\s+(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\]\s*$")
 # SGLang's rank tags (each only when that dimension is > 1), in the order it prints them.
 RANK_TAGS = ("DP", "PP", "ATTN_CP", "MOE_DP", "TP", "EP")
 _TAG_RE = re.compile(r"(?<![A-Z_])(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
@@ -61,28 +70,51 @@ def parse_value(text):
         return value
 
 
-def parse_config_line(line):
-    """Parse one log line; None unless it is a config line.
+def split_line(line):
+    """(timestamp, tags, message) of a line in SGLang's logging shape, else None.
 
-    Returns a dict: ``kind`` (dflash|ddtree), ``values`` (key -> parsed value), ``tags``
-    (rank tags, e.g. {"DP": 1, "TP": 0}), ``timestamp`` (str or None), ``rank0`` (bool) and
-    ``line`` (the line without colour codes).
+    ``tags`` maps rank tags to numbers (e.g. {"DP": 1, "TP": 0}); wrappers (docker, Ray) in front
+    of the prefix are dropped, as are colour codes.
     """
     if not line:
         return None
-    clean = _ANSI_RE.sub("", line).rstrip("\r\n")
-    match = _MARKER_RE.search(clean)
+    match = _LINE_RE.match(_ANSI_RE.sub("", line).strip("\r\n"))
+    if not match:
+        return None
+    tags = dict((name, int(number)) for name, number in _TAG_RE.findall(match.group("tags")))
+    return match.group("ts"), tags, match.group("message")
+
+
+_BARE_RE = re.compile(r"^" + _WRAPPER + r"(?P<message>.*)$", re.DOTALL)
+
+
+def message_of(line):
+    """(prefixed, tags, message): the message of a line in SGLang's shape (prefixed True), else the
+    line itself without wrappers and colour codes (uvicorn's and tqdm's lines carry no prefix in
+    some setups)."""
+    parts = split_line(line)
+    if parts is not None:
+        return True, parts[1], parts[2]
+    clean = _ANSI_RE.sub("", line or "").strip("\r\n")
+    return False, {}, _BARE_RE.match(clean).group("message")
+
+
+def parse_config_line(line):
+    """Parse one log line; None unless it is a config line (SGLang's prefix, the marker right after it).
+
+    Returns a dict: ``kind`` (dflash|ddtree), ``values`` (key -> parsed value), ``tags``
+    (rank tags, e.g. {"DP": 1, "TP": 0}), ``timestamp`` (str), ``rank0`` (bool) and
+    ``line`` (the line without colour codes).
+    """
+    parts = split_line(line)
+    if parts is None:
+        return None
+    timestamp, tags, message = parts
+    match = _MARKER_RE.match(message)
     if not match:
         return None
     kind = MARKERS[match.group(0)]
-    prefix = _PREFIX_RE.search(clean[:match.start()])
-    tags = {}
-    timestamp = None
-    if prefix:
-        timestamp = prefix.group("ts")
-        for name, number in _TAG_RE.findall(prefix.group("tags")):
-            tags[name] = int(number)
-    body = _REPEATED_RE.sub("", clean[match.end():]).strip()
+    body = _REPEATED_RE.sub("", message[match.end():]).strip()
     values = {}
     for key, raw in _PAIR_RE.findall(body):
         values[key] = parse_value(raw)
@@ -94,7 +126,7 @@ def parse_config_line(line):
         "tags": tags,
         "timestamp": timestamp,
         "rank0": tags.get("TP", 0) == 0,
-        "line": clean,
+        "line": _ANSI_RE.sub("", line).rstrip("\r\n"),
     }
 
 

@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._journal import
 from ansible_collections.gpufleet.inference.plugins.module_utils._messages import completeness_reason
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate_verdict, server_info_subset
 from ansible_collections.gpufleet.inference.plugins.module_utils._process import (
+    command_differences,
     compare_command,
     compare_environment,
     redact,
@@ -251,8 +252,10 @@ class DriftCheck(object):
             if argv is None:
                 found.append(_difference("command line", "main process %s" % state.main_pid, "readable", "gone"))
             else:
-                for item in compare_command(intent.command, argv):
+                items, notes = command_differences(intent.command, argv)
+                for item in items:
                     found.append(_difference("command line", item["key"], item["expected"], item["observed"]))
+                self.result["notes"].extend(notes)
         if intent.environment is not None:
             running = self.host.environ(state.main_pid, list(intent.environment))
             if running is None:
@@ -271,28 +274,29 @@ class DriftCheck(object):
     def _evidence(self, state):
         intent = self.intent
         out = {"differences": [], "unverified": False}
-        log, receipt, dummy, note = look_back(self.host, state.invocation_id)
-        if note:
-            self.result["notes"].append(note)
-        if receipt is not None:
-            lines, source = receipt.get("config_lines") or [], "receipt"
-        else:
-            lines = log.config_lines
-            source = "journal" if lines else None
-        self.result["receipt"] = receipt is not None
+        found = look_back(self.host, state.invocation_id)
+        if found.note:
+            self.result["notes"].append(found.note)
+        lines = found.lines
+        self.result["receipt"] = found.receipt is not None
         self.result["config_lines"] = [redact_text(line.get("line") or "") for line in lines]
         self.result["observed"] = lines[-1]["values"] if lines else None
         self.result["config_line"] = self.result["config_lines"][-1] if lines else None
         for item in ev.mismatches(intent.expect, intent.mode, lines):
             out["differences"].append(_difference("config line", item["key"], item["expected"], item["observed"]))
         if lines or intent.mode == ev.OPTIONAL:
-            self.result["source"] = source
+            self.result["source"] = found.source
             return out
-        if receipt is not None:
+        if found.receipt is not None:
+            # A receipt without lines recorded a check that no draft-runner line was logged (mode absent),
+            # and the journal holds none after it.
             self.result["source"] = "receipt"
             if intent.mode == ev.REQUIRED:
-                out["differences"].append(_difference("config line", "draft runner", "logged", "none (receipt)"))
+                out["differences"].append(_difference(
+                    "config line", "draft runner", "logged",
+                    "none (its receipt records a verification that it logged none, and its journal has none since)"))
             return out
+        log = found.log
         notices = []
         try:
             notices = self.host.suppressed(state.invocation_id, state.start_timestamp) or []
@@ -307,8 +311,9 @@ class DriftCheck(object):
             return out
         self.result["source"] = None
         out["unverified"] = True
+        storage = self.host.journal_storage() if completeness == ev.NO_START else None
         self.result["unverified_reason"] = completeness_reason(completeness, notices, self.host.unit,
-                                                               state.invocation_id, self.host.receipt_dir)
+                                                               state.invocation_id, self.host.receipt_dir, storage)
         return out
 
     def _serving(self):

@@ -86,8 +86,19 @@ def receipt_path(directory, unit):
     return os.path.join(directory, "%s.json" % unit)
 
 
-def make_receipt(unit, invocation_id, main_pid, expect, mode, config_lines, command, verified_at):
-    """What a verification saw, kept on the host for checks after the journal lost the start."""
+def compared_anything(mode, expect, lines):
+    """Whether a verification compared the config line at all: "off" was checked (ABSENT), or lines
+    were compared with expected values. A readiness-only check compared nothing and leaves no receipt:
+    a receipt records only what was compared."""
+    return mode == ABSENT or bool(expect and lines) or (mode == REQUIRED and bool(lines))
+
+
+def make_receipt(unit, invocation_id, main_pid, expect, mode, config_lines, command, verified_at, journal_cursor=None):
+    """What a verification saw, kept on the host for checks after the journal lost the start.
+
+    ``journal_cursor``: how far the verification read the invocation's journal; later checks read
+    on from there, so a line logged after the verification is judged too (never hidden by the receipt).
+    """
     return {
         "version": RECEIPT_VERSION,
         "unit": unit,
@@ -99,8 +110,16 @@ def make_receipt(unit, invocation_id, main_pid, expect, mode, config_lines, comm
         "config_lines": [{"line": line.get("line"), "values": line.get("values"),
                           "cursor": line.get("cursor"), "realtime_usec": line.get("realtime_usec")}
                          for line in config_lines],
+        "journal_cursor": journal_cursor or (config_lines[-1].get("cursor") if config_lines else None),
         "command": command,
     }
+
+
+def receipt_cursor(receipt):
+    """Where a later check reads the invocation's journal on from: the receipt's read position (older
+    receipts: their last config line), None to search from the start."""
+    lines = receipt.get("config_lines") or []
+    return receipt.get("journal_cursor") or (lines[-1].get("cursor") if lines else None)
 
 
 def read_receipt(path):
@@ -116,10 +135,14 @@ def read_receipt(path):
 
 
 def receipt_of(receipt, unit, invocation_id):
-    """The receipt if it was written for this very invocation of this unit, else None."""
-    if receipt and invocation_id and receipt.get("unit") == unit and receipt.get("invocation_id") == invocation_id:
-        return receipt
-    return None
+    """The receipt if it was written for this very invocation of this unit and records a comparison,
+    else None. A receipt of a readiness-only check (mode optional, no line) proves nothing about the
+    config line; earlier releases wrote such receipts."""
+    if not (receipt and invocation_id and receipt.get("unit") == unit and receipt.get("invocation_id") == invocation_id):
+        return None
+    if receipt.get("config_line_mode") not in (REQUIRED, ABSENT) and not receipt.get("config_lines"):
+        return None
+    return receipt
 
 
 def write_receipt(path, receipt):

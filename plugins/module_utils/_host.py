@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._http import Ht
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import (
     InvocationJournal,
     JournalFollower,
+    restarts_since,
     suppressed_notices,
 )
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import (
@@ -42,7 +43,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._process import
     read_environ,
 )
 from ansible_collections.gpufleet.inference.plugins.module_utils._startup import GREP_PATTERN
-from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import Systemd
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import Systemd, journald_storage
 
 COMMAND_ENV = {"LC_ALL": "C", "SYSTEMD_COLORS": "0", "SYSTEMD_PAGER": "", "SYSTEMD_LESS": ""}
 DEFAULT_RECEIPT_DIR = "/var/lib/gpufleet-inference/receipts"
@@ -136,15 +137,24 @@ class Host(object):
         return JournalFollower(self.spawn, invocation_id, cursor=cursor, from_start=from_start,
                                journalctl=self.journalctl)
 
-    def grep(self, invocation_id):
-        """The invocation's startup landmarks (first line, config lines, a later line), as entries."""
-        return self._journal(invocation_id).grep_entries(GREP_PATTERN)
+    def grep(self, invocation_id, after_cursor=None):
+        """The invocation's startup landmarks (first line, config lines, a later line), as entries:
+        all of them, or those after `after_cursor`."""
+        return self._journal(invocation_id).grep_entries(GREP_PATTERN, after_cursor=after_cursor)
 
     def last_cursor(self, invocation_id):
         return self._journal(invocation_id).last_cursor()
 
     def tail(self, invocation_id, lines):
         return self._journal(invocation_id).tail(lines)
+
+    def journal_storage(self):
+        """journald's Storage= setting (none, volatile, persistent, auto), or None when it cannot be read."""
+        rc, out, dummy = self.runner.run([self.runner.bin("systemd-analyze"), "cat-config", "systemd/journald.conf"])
+        return journald_storage(out) if rc == 0 else None
+
+    def restarts_since(self, invocation_id):
+        return restarts_since(self.runner.run, self.unit, invocation_id, self.journalctl)
 
     def suppressed(self, invocation_id, since):
         return suppressed_notices(self.runner.run, self.unit, invocation_id, since, self.journalctl)

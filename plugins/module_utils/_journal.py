@@ -54,8 +54,16 @@ def parse_json_lines(text):
 
 
 class Entry(object):
-    """One journal entry: the process's own line, or systemd's message about its invocation."""
-    __slots__ = ("message", "cursor", "realtime_usec", "pid", "fields", "from_systemd")
+    """One journal entry: the process's own line, or systemd's message about its invocation.
+
+    Provenance rests only on fields journald sets itself (``_``-fields, which no client can
+    write): ``_SYSTEMD_INVOCATION_ID`` comes from the cgroup of the process that logged, so only
+    the unit's own processes carry the invocation's id there. systemd's messages about the unit
+    carry the id in ``INVOCATION_ID=``, a field ANY client may set: they count only when PID 1
+    (``_PID=1``, root) wrote them.
+    """
+    __slots__ = ("message", "cursor", "realtime_usec", "pid", "fields", "from_systemd", "invocation_id",
+                 "about_invocation")
 
     def __init__(self, fields):
         self.fields = fields
@@ -66,9 +74,14 @@ class Entry(object):
         except (TypeError, ValueError):
             self.realtime_usec = None
         self.pid = fields.get("_PID")
-        # systemd (PID 1) tags its messages about a unit with INVOCATION_ID= (no underscore);
-        # the service's own output carries the trusted _SYSTEMD_INVOCATION_ID=.
-        self.from_systemd = "_SYSTEMD_INVOCATION_ID" not in fields and "INVOCATION_ID" in fields
+        self.invocation_id = fields.get("_SYSTEMD_INVOCATION_ID")
+        self.from_systemd = (self.invocation_id is None and self.pid == "1" and fields.get("_UID", "0") == "0"
+                             and "INVOCATION_ID" in fields)
+        self.about_invocation = fields.get("INVOCATION_ID") if self.from_systemd else None
+
+    def belongs_to(self, invocation_id):
+        """Written by a process of the invocation, or by systemd about it (trusted fields only)."""
+        return self.invocation_id == invocation_id or self.about_invocation == invocation_id
 
 
 class InvocationJournal(object):
@@ -87,7 +100,10 @@ class InvocationJournal(object):
         rc, out, err = self.run(argv)
         if rc != 0:
             raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
-        return [Entry(fields) for fields in parse_json_lines(out)]
+        return self._own(parse_json_lines(out))
+
+    def _own(self, records):
+        return [entry for entry in (Entry(fields) for fields in records) if entry.belongs_to(self.invocation_id)]
 
     def tail(self, lines=20):
         """The invocation's newest `lines` messages."""
@@ -98,14 +114,19 @@ class InvocationJournal(object):
         entries = self._query(self._base() + ["-n", "1"])
         return entries[-1].cursor if entries else None
 
-    def grep_entries(self, pattern):
-        """Entries of this invocation whose message matches a PCRE2 pattern (journalctl --grep).
+    def grep_entries(self, pattern, after_cursor=None):
+        """Entries of this invocation whose message matches a PCRE2 pattern (journalctl --grep),
+        all of them or those after `after_cursor` - which must be the cursor of one of the process's
+        own entries (``_SYSTEMD_INVOCATION_ID``): journalctl (systemd 252) skips one entry too many
+        after a cursor whose entry the query does not match.
 
         Output is bounded by the number of matches (a few startup landmarks); no ``-n``: combined
         with --grep it would bound the entries searched, not the matches.
         Returns None when this journalctl cannot grep (built without PCRE2).
         """
         argv = self._base() + ["--grep", pattern]
+        if after_cursor:
+            argv.append("--after-cursor=%s" % after_cursor)
         rc, out, err = self.run(argv)
         if rc != 0:
             text = (err or "").lower()
@@ -115,7 +136,7 @@ class InvocationJournal(object):
             if not (out or "").strip() and not text.strip():
                 return []
             raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
-        return [Entry(fields) for fields in parse_json_lines(out)]
+        return self._own(parse_json_lines(out))
 
     def grep(self, pattern):
         """Messages of this invocation matching `pattern` (see grep_entries); None without PCRE2."""
@@ -141,6 +162,8 @@ def suppressed_notices(run, unit, invocation_id, since, journalctl="journalctl")
         raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
     notices = []
     for fields in parse_json_lines(out):
+        if fields.get("_TRANSPORT") != "driver":
+            continue  # journald writes its notices itself (_TRANSPORT=driver); a client may only imitate one
         message = decode_message(fields.get("MESSAGE"))
         object_inv = (fields.get("OBJECT_SYSTEMD_INVOCATION_ID") or "").lstrip("=") or None
         object_unit = fields.get("OBJECT_SYSTEMD_UNIT")
@@ -160,6 +183,46 @@ def suppressed_notices(run, unit, invocation_id, since, journalctl="journalctl")
             count = None
         notices.append({"count": count, "message": message, "invocation_id": object_inv})
     return notices
+
+
+# SD_MESSAGE_UNIT_RESTART_SCHEDULED: systemd's "Scheduled restart job, restart counter is at N." (systemd 252)
+RESTART_SCHEDULED_MESSAGE_ID = "5eb03494b6584870a536b337290809b3"
+
+
+def restarts_since(run, unit, invocation_id, journalctl="journalctl"):
+    """Every restart systemd scheduled for `unit` (Restart=) after `invocation_id` ended, oldest first:
+    list of {invocation_id (the one that ended), n_restarts, message}. None when the journal no longer
+    holds that invocation's end, so nothing can be told.
+
+    Both queries match PID 1's own entries (``_PID=1``, set by journald): UNIT= and INVOCATION_ID= are
+    fields any client may write.
+    """
+    base = [journalctl, "-o", "json", "--all", "--no-pager", "-q"]
+    argv = base + ["-n", "1", "_PID=1", "INVOCATION_ID=%s" % invocation_id]
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
+    ended = [Entry(fields) for fields in parse_json_lines(out)]
+    if not ended or ended[-1].realtime_usec is None or not ended[-1].from_systemd:
+        return None
+    # Bounded by time, not by --after-cursor: journalctl (systemd 252) skips one matching entry too many
+    # after a cursor whose own entry does not match the query.
+    end = ended[-1].realtime_usec
+    argv = base + ["--since=@%d.%06d" % (end // 1000000, end % 1000000), "_PID=1",
+                   "MESSAGE_ID=%s" % RESTART_SCHEDULED_MESSAGE_ID, "UNIT=%s" % unit]
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise JournalError("%s failed (rc=%s): %s" % (" ".join(argv), rc, (err or "").strip()))
+    restarts = []
+    for entry in (Entry(fields) for fields in parse_json_lines(out)):
+        if not entry.from_systemd or entry.realtime_usec is None or entry.realtime_usec <= end:
+            continue
+        try:
+            count = int(entry.fields.get("N_RESTARTS"))
+        except (TypeError, ValueError):
+            count = None
+        restarts.append({"invocation_id": entry.about_invocation, "n_restarts": count, "message": entry.message})
+    return restarts
 
 
 class JournalFollower(object):
@@ -185,6 +248,7 @@ class JournalFollower(object):
         self.journalctl = journalctl
         self.last_lines = collections.deque(maxlen=keep)
         self.entries_read = 0
+        self.foreign = 0  # entries the match let through that neither the invocation nor systemd wrote
         self.proc = None
         self._buffer = b""
         self._select = select
@@ -231,12 +295,15 @@ class JournalFollower(object):
             complete, self._buffer = self._buffer.rsplit(b"\n", 1)
             for line in complete.split(b"\n"):
                 entries.extend(self._parse(line))
+        if entries and entries[-1].cursor:
+            self.cursor = entries[-1].cursor  # past what was read, kept or not
+        own = [entry for entry in entries if entry.belongs_to(self.invocation_id)]
+        self.foreign += len(entries) - len(own)
+        entries = own
         self._check_alive()
         for entry in entries:
             if not entry.from_systemd:
                 self.last_lines.append(entry.message)
-        if entries and entries[-1].cursor:
-            self.cursor = entries[-1].cursor
         self.entries_read += len(entries)
         return entries
 

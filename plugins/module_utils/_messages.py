@@ -78,9 +78,11 @@ def compared_text(intent, evidence_source, lines_compared, command_checked, envi
         parts.append("no draft-runner line, as intended (speculative decoding off)")
     elif intent.expect and lines_compared:
         keys = ", ".join("%s=%s" % (key, cfg.render(value)) for key, value in sorted(intent.expect.items()))
+        where = {"receipt": "from the receipt of its verification",
+                 "receipt+journal": "from the receipt of its verification and its journal since"}.get(
+                     evidence_source, "in its journal")
         parts.append("%s (%s %s)" % (keys, "%s config lines" % lines_compared if lines_compared > 1 else "config line",
-                                     "from the receipt of its verification" if evidence_source == "receipt"
-                                     else "in its journal"))
+                                     where))
     if command_checked:
         parts.append("its command line")
     if environment_checked:
@@ -98,7 +100,12 @@ def unverified_message(unit, invocation_id, reason, intent):
                         else "proving speculative decoding is off"))
 
 
-def completeness_reason(completeness, notices, unit, invocation_id, receipt_dir):
+def completeness_reason(completeness, notices, unit, invocation_id, receipt_dir, storage=None):
+    """Why the journal cannot show the config line; `storage` is journald's Storage= when known."""
+    if storage == "none":
+        return ("journald keeps no journal on this host (Storage=none in journald.conf, see `systemd-analyze "
+                "cat-config systemd/journald.conf`), so nothing invocation %s logged can be read, and no receipt of a "
+                "verification of this invocation is in %s" % (invocation_id, receipt_dir))
     if completeness == "lost":
         dropped = sum(notice.get("count") or 0 for notice in notices)
         return ("journald's rate limit dropped %s messages of %s during invocation %s (%s), so its config line "

@@ -210,7 +210,7 @@ def listener_provenance(host, port, control_group, unit, main_pid=None, root="/"
     """
     addresses = resolver(host, port) or [host]
     sockets = listening_inodes(addresses, port, root)
-    where = "%s:%s" % (host, port)
+    where = ("[%s]:%s" if ":" in host else "%s:%s") % (host, port)
     if not sockets:
         return {"verdict": "none", "owners": [],
                 "message": "nothing on this host listens on %s (no LISTEN socket in /proc/net/tcp or tcp6)" % where}

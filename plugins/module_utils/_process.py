@@ -164,6 +164,40 @@ def compare_command(intended, running):
     return differences
 
 
+def _sglang_start(argv):
+    """Where SGLang's own part of a command line starts: ``-m MODULE`` (``python -m sglang.launch_server``),
+    else right after the program (``sglang serve``)."""
+    for index, arg in enumerate(argv[:-1]):
+        if arg == "-m":
+            return index
+    return 1 if argv else 0
+
+
+def command_differences(intended, running):
+    """What differs between the intended command line and a RUNNING process's: (differences, notes).
+
+    What matters is what SGLang runs - the module and every flag. The program in front of it may
+    differ without changing anything: a launcher (a pyenv shim, a wrapper doing numactl or conda
+    activation) that execs the interpreter leaves the interpreter's path in /proc/PID/cmdline. So a
+    program difference is a note when the rest agrees, and named with the differences otherwise.
+    """
+    intended, running = redact(intended), redact(running)
+    if intended == running:
+        return [], []
+    want_at, have_at = _sglang_start(intended), _sglang_start(running)
+    differences = compare_command(intended[want_at:], running[have_at:])
+    for item in differences:
+        if item["key"] == "program":
+            item["key"] = "module"
+    program = {"key": "program", "expected": " ".join(intended[:want_at]), "observed": " ".join(running[:have_at])}
+    if program["expected"] == program["observed"]:
+        return differences, []
+    if differences:
+        return [program] + differences, []
+    return [], ["its program is %s where the unit says %s (a launcher in front of the interpreter that execs it); "
+                "the module and every argument agree" % (program["observed"], program["expected"])]
+
+
 def _flag_text(values):
     if values is None:
         return None

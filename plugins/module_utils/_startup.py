@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
+from ansible_collections.gpufleet.inference.plugins.module_utils import _evidence as ev
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import JournalError
 from ansible_collections.gpufleet.inference.plugins.module_utils._process import redact_text
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import describe_exit
@@ -36,34 +37,45 @@ PHASE_TEXT = {
     "ready": "warmed up (fired up and ready to roll)",
 }
 _FAILED_WITH = re.compile(r"Failed with result '([^']+)'")  # systemd's note: the unit's Result
-_SHARDS = re.compile(r"checkpoint shards:\s*(\d+)% Completed \|\s*(\d+)/(\d+)")
-_MARKERS = (
+# Each phase line is recognised by its shape (see _config_line): the marker at the START of the
+# message, never anywhere in the line - request logs quote user text.
+_SHARDS = re.compile(r"^Loading safetensors checkpoint shards:\s*(\d+)% Completed \|\s*(\d+)/(\d+)")
+_PREFIXED_STARTS = (  # SGLang's own logger: "[ts( TAGn)*] <message>"
     ("server_args=", "starting"),
     ("Load weight begin", "loading_weights"),
     ("Load weight end", "weights_loaded"),
     ("KV Cache is allocated", "kv_cache"),
     ("Capture cuda graph begin", "cuda_graph"),
-    ("Uvicorn running on", "port_open"),
-    # served requests: uvicorn's access log and the scheduler's batch lines
-    ('"POST /', "port_open"),
-    ('"GET /', "port_open"),
+    # the scheduler serving requests
     ("Prefill batch", "port_open"),
     ("Decode batch", "port_open"),
     ("The server is fired up and ready to roll", "ready"),
 )
+_UVICORN_LEVEL = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+")
+_ACCESS_LOG = re.compile(r'^\S+:\d+ - "(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) /')
 # What journalctl --grep must find to judge a long-running invocation without reading all of it:
-# its first line, its config lines, and a line that comes after the config line.
+# its first line, its config lines, and a line that comes after the config line (a pre-filter:
+# classify() and the config-line parser decide).
 GREP_PATTERN = r"server_args=|%s|Uvicorn running on|fired up and ready to roll" % cfg.GREP_PATTERN
 
 
-def classify(message):
-    """(phase, detail) for a startup line, else None. Shard progress reports loading_weights."""
-    shards = _SHARDS.search(message)
-    if shards:
-        return "loading_weights", "shard %s/%s (%s%%)" % (shards.group(2), shards.group(3), shards.group(1))
-    for marker, phase in _MARKERS:
-        if marker in message:
-            return phase, None
+def classify(line):
+    """(phase, detail) for a startup line in its logging shape, else None. Shard progress
+    (tqdm's line, which carries no prefix) reports loading_weights."""
+    prefixed, dummy, message = cfg.message_of(line)
+    if not prefixed:
+        # tqdm redraws with carriage returns: the last drawing is the current one
+        shards = _SHARDS.match(message.split("\r")[-1].strip() or message.strip())
+        if shards:
+            return "loading_weights", "shard %s/%s (%s%%)" % (shards.group(2), shards.group(3), shards.group(1))
+    else:
+        for marker, phase in _PREFIXED_STARTS:
+            if message.startswith(marker):
+                return phase, None
+    # uvicorn's lines: its level prefix, after SGLang's "[ts] " (set_uvicorn_logging_configs) or alone
+    rest = _UVICORN_LEVEL.sub("", message, count=1)
+    if rest.startswith("Uvicorn running on") or _ACCESS_LOG.match(rest):
+        return "port_open", None
     return None
 
 
@@ -113,7 +125,9 @@ class StartupLog(object):
             message = entry.message
             parsed = cfg.parse_config_line(message)
             if parsed is not None:
-                if parsed["rank0"]:
+                known = entry.cursor is not None and any(line.get("cursor") == entry.cursor
+                                                         for line in self.config_lines)
+                if parsed["rank0"] and not known:  # a line read twice (a search, then the follower) counts once
                     parsed["cursor"] = entry.cursor
                     parsed["realtime_usec"] = entry.realtime_usec
                     parsed["line"] = redact_text(parsed["line"])
@@ -158,25 +172,45 @@ def _config_detail(values):
     return ", ".join("%s=%s" % (key, cfg.render(values[key])) for key in shown if key in values)
 
 
-def look_back(host, invocation_id):
-    """A running invocation's evidence without reading its whole journal.
+class LookBack(object):
+    """What a running invocation's evidence is, found without reading its whole journal.
 
-    Its receipt when one was written for this very invocation, else a search of its journal for
-    the startup landmarks (GREP_PATTERN). Returns (log, receipt, entries, note): ``log`` a
-    StartupLog fed with what was found, ``note`` why the journal could not be searched (or None).
-    The one lookup the wait, the drift check and sglang_info share.
+    ``lines`` are every config line to judge: those its receipt kept (the start may be gone from
+    the journal) and those its journal holds after the receipt's last read position - a receipt
+    stands in only for what the journal no longer has and never hides a later line. ``log`` is a
+    StartupLog fed with the journal entries found, ``entries`` those entries, ``receipt`` the
+    receipt of this very invocation (or None), ``note`` why the journal could not be searched.
     """
+
+    def __init__(self, log, receipt, entries, note):
+        self.log = log
+        self.receipt = receipt
+        self.entries = entries
+        self.note = note
+        kept = list(receipt.get("config_lines") or []) if receipt is not None else []
+        self.lines = kept + [line for line in log.config_lines
+                             if line.get("cursor") not in set(item.get("cursor") for item in kept)]
+        if receipt is None:
+            self.source = "journal" if self.lines else None
+        else:
+            self.source = "receipt+journal" if log.config_lines else "receipt"
+
+
+def look_back(host, invocation_id):
+    """A running invocation's evidence (LookBack): its receipt, if one was written for this very
+    invocation, and a search of its journal for the startup landmarks (GREP_PATTERN) - after the
+    receipt's last read position when there is a receipt, else from its start. The one lookup the
+    wait, the drift check and sglang_info share."""
     log = StartupLog()
     receipt = host.receipt_for(invocation_id)
-    if receipt is not None:
-        return log, receipt, [], None
+    after = ev.receipt_cursor(receipt) if receipt is not None else None
     try:
-        entries = host.grep(invocation_id)
+        entries = host.grep(invocation_id, after_cursor=after)
     except JournalError as exc:
-        return log, None, [], "could not search the journal of invocation %s: %s" % (invocation_id, exc)
+        return LookBack(log, receipt, [], "could not search the journal of invocation %s: %s" % (invocation_id, exc))
     if entries is None:
-        return log, None, [], "journalctl here cannot --grep; the journal of invocation %s was not searched" % (
-            invocation_id)
+        return LookBack(log, receipt, [], "journalctl here cannot --grep; the journal of invocation %s was not "
+                        "searched" % invocation_id)
     log.feed(entries)
     log.take_events()
-    return log, None, entries, None
+    return LookBack(log, receipt, entries, None)

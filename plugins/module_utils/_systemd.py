@@ -237,3 +237,21 @@ def flag_value(argv, flag):
         if arg.startswith(flag + "="):
             return True, arg[len(flag) + 1:]
     return False, None
+
+
+def journald_storage(text):
+    """journald's Storage= from ``systemd-analyze cat-config systemd/journald.conf`` (the main file and
+    its drop-ins in the order systemd reads them; the last setting wins), lower-case; ``auto`` when
+    unset, None when `text` is empty."""
+    if not (text or "").strip():
+        return None
+    storage, section = "auto", None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1]
+        elif section == "Journal" and line.startswith("Storage="):
+            storage = line.split("=", 1)[1].strip().lower() or "auto"
+    return storage

@@ -30,7 +30,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _message
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import JournalError
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate_verdict
 from ansible_collections.gpufleet.inference.plugins.module_utils._process import (
-    compare_command,
+    command_differences,
     compare_environment,
     redact,
     redact_text,
@@ -207,6 +207,8 @@ class Waiter(object):
         self.tracker = Tracker(unit, after_invocation, policy.crash_loop_restarts, resume.get("tracker"))
         self.log = StartupLog(resume.get("log"))
         self.cursor = resume.get("cursor")
+        # the last of the process's own entries read: where a receipt says a later check reads on from
+        self.own_cursor = resume.get("own_cursor")
         self.tail = collections.deque(resume.get("tail", []), maxlen=policy.tail_lines)
         self.phases = resume.get("phases", {})
         self.phase = resume.get("phase", "starting")
@@ -328,8 +330,7 @@ class Waiter(object):
             self.phase = text
             return None
         if kind == "locked":
-            self._on_lock(state)
-            return None
+            return self._on_lock(state)
         if kind == "ended":
             verdict, how = seen[1], seen[2]
             self._read_to_the_end()
@@ -350,15 +351,51 @@ class Waiter(object):
         self.phase = "invocation %s started; reading its journal" % state.invocation_id
         if self.tracker.verify_only:
             self._look_back()
-        else:
+            return None
+        outcome = self._restarts_before_first_look()
+        if outcome is None:
             self._open_follower(from_start=True)
+        return outcome
+
+    def _restarts_before_first_look(self):
+        """Every restart systemd made since the invocation this wait was told to wait past ended counts,
+        however late the wait first looked: a new process that crashed and was restarted (Restart=)
+        before then is a crash loop, not a fresh start to lock onto."""
+        if not self.tracker.after:
+            return None  # a first start: no earlier invocation to count restarts from
+        try:
+            restarts = self.host.restarts_since(self.tracker.after)
+        except JournalError as exc:
+            self.notes.append("could not read systemd's restarts of %s: %s" % (self.unit, exc))
+            return None
+        if not restarts:
+            return None
+        crashed = [item["invocation_id"] for item in restarts]
+        self.tracker.deaths += len(restarts)
+        if self.tracker.deaths <= self.tracker.crash_loop_restarts:
+            self.notes.append("invocation(s) %s exited and systemd restarted them before this wait first looked; "
+                              "following %s (%s of %s tolerated restarts)" % (
+                                  ", ".join(crashed), self.tracker.invocation_id, self.tracker.deaths,
+                                  self.tracker.crash_loop_restarts))
+            return None
+        try:
+            self.tail.clear()
+            self.tail.extend(redact_text(line) for line in self.host.tail(crashed[0], self.policy.tail_lines))
+        except JournalError as exc:
+            self.notes.append("could not read the journal of invocation %s: %s" % (crashed[0], exc))
+        self.journal_tail = list(self.tail)
+        how = ("exited, and systemd restarted it %s before this wait first looked (%s; now invocation %s): crash loop"
+               % ("once" if len(restarts) == 1 else "%s times" % len(restarts), restarts[-1]["message"],
+                  self.tracker.invocation_id))
+        return Outcome(CRASH_LOOP, msgs.ended_message(self.unit, crashed[0], how, self.elapsed(), "starting",
+                                                      self.journal_tail, None, msgs.likely_cause(self.journal_tail)))
 
     def _reset_invocation(self):
         if self.follower is not None:
             self.follower.close()
             self.follower = None
         self.log = StartupLog()
-        self.cursor = None
+        self.cursor = self.own_cursor = None
         self.tail.clear()
         for name in ("new_invocation", "config_line", "port_open", "generate"):
             self.phases.pop(name, None)
@@ -375,24 +412,25 @@ class Waiter(object):
             newest = self.host.last_cursor(self.tracker.invocation_id)
         except JournalError:
             newest = None
-        self.log, self.receipt, entries, note = look_back(self.host, self.tracker.invocation_id)
-        if note:
-            self.notes.append(note)
-        for entry in entries:
+        found = look_back(self.host, self.tracker.invocation_id)
+        self.log, self.receipt = found.log, found.receipt
+        if found.note:
+            self.notes.append(found.note)
+        for entry in found.entries:
             if not entry.from_systemd:
                 self.tail.append(redact_text(entry.message))
-        if entries and not self._startup_done() and entries[-1].cursor:
-            self.cursor = entries[-1].cursor  # still starting up: follow on from what was found
+        if found.entries and not self._startup_done() and found.entries[-1].cursor:
+            self.cursor = self.own_cursor = found.entries[-1].cursor  # still starting up: follow on from there
             self._open_follower(from_start=False)
-        elif not self._startup_done():
-            # no landmark yet: follow on from where its journal ended before the search (from its
-            # first entry when it had logged nothing), so its start is read, never skipped
-            self.cursor = newest
-            self._open_follower(from_start=newest is None)
         else:
-            self._open_follower(from_start=False, from_now=True)
-        if self.log.config_lines:
-            self._mark("config_line", logged_at=self.log.config_lines[0].get("timestamp"))
+            # follow on from where its journal ended before the search (from its first entry when it had
+            # logged nothing): what it logs while we search is read, never skipped (a line read twice
+            # counts once)
+            self.cursor = self.own_cursor = newest
+            self._open_follower(from_start=newest is None)
+        lines = self._lines()
+        if lines:
+            self._mark("config_line", logged_at=lines[0].get("timestamp"))
 
     # --- the journal ---------------------------------------------------------------------
 
@@ -426,6 +464,7 @@ class Waiter(object):
                 self._force_state = True
             else:
                 self.tail.append(redact_text(entry.message))
+                self.own_cursor = entry.cursor or self.own_cursor
         for phase, detail in self.log.take_events():
             if self.generate is None or phase == "draft_runner":  # after the first answer: only what matters
                 self._event(phase, describe_phase(phase, detail),
@@ -557,7 +596,7 @@ class Waiter(object):
         if not self.verified:
             return Outcome(PASS, "%s: invocation %s is serving, UNVERIFIED (accepted by accept_unverified): %s" % (
                 self.unit, self.tracker.invocation_id, self.notes[-1] if self.notes else "no evidence"), ok=True)
-        compared = msgs.compared_text(self.intent, self.evidence, self._lines_compared(),
+        compared = msgs.compared_text(self.intent, self.evidence, len(self._lines()),
                                       bool(self.launched and self.launched.get("command_checked")),
                                       bool(self.launched and self.launched.get("environment_checked")))
         settle = " and stayed up for min_ready_seconds %.0f" % self.policy.min_ready_seconds \
@@ -573,35 +612,44 @@ class Waiter(object):
         since = self.host.wall() - float(self.receipt.get("verified_at") or 0)
         return since >= self.policy.min_ready_seconds
 
-    def _lines_compared(self):
-        if self.evidence == "receipt" and self.receipt:
-            return len(self.receipt.get("config_lines") or [])
-        return len(self.log.config_lines)
+    def _lines(self):
+        """Every config line to judge: those the receipt kept (for a start the journal may no longer
+        hold), then those read from the journal after it."""
+        kept = list(self.receipt.get("config_lines") or []) if self.receipt else []
+        cursors = set(line.get("cursor") for line in kept)
+        return kept + [line for line in self.log.config_lines if line.get("cursor") not in cursors]
+
+    def _source(self):
+        if self.receipt is None:
+            return "journal"
+        return "receipt+journal" if self.log.config_lines else "receipt"
 
     def _judge_evidence(self):
         """None when the config-line evidence is settled, WAITING to look again, or a final Outcome."""
         if self.evidence is not None or not self.verified:
             return None
-        if self.log.config_lines:
+        lines = self._lines()
+        if lines:
             # Lines found by looking back (verify only) were never compared as they arrived.
-            items = ev.mismatches(self.intent.expect, self.intent.mode, self.log.config_lines)
-            if items:
-                return self._config_mismatch(items)
-            self.evidence = "journal"
-            return None
-        if self.receipt is not None:
-            lines = self.receipt.get("config_lines") or []
             items = ev.mismatches(self.intent.expect, self.intent.mode, lines)
             if items:
+                kept = len(self.receipt.get("config_lines") or []) if self.receipt else 0
                 for item in items:
-                    item["where"] = "in the config line of invocation %s kept by its receipt (%s)" % (
-                        self.tracker.invocation_id, self.host.receipt_path)
+                    if item.get("occurrence", 0) <= kept:
+                        item["where"] = "in the config line of invocation %s kept by its receipt (%s)" % (
+                            self.tracker.invocation_id, self.host.receipt_path)
+                self.evidence = self._source()  # what the mismatch rests on
                 return self._config_mismatch(items)
-            if not lines and self.intent.mode == ev.REQUIRED:
+            self.evidence = self._source()
+            return None
+        if self.receipt is not None:
+            # A receipt without lines recorded a check that no draft-runner line was logged (mode absent),
+            # and its journal holds none since.
+            if self.intent.mode == ev.REQUIRED:
                 return Outcome(MISSING_CONFIG_LINE, (
-                    "%s: the receipt of invocation %s (%s) records no config line, and its journal no longer holds "
-                    "the start: expected %s" % (self.unit, self.tracker.invocation_id, self.host.receipt_path,
-                                                self.intent.expect)))
+                    "%s: the receipt of invocation %s (%s) records a verification that it logged no config line, "
+                    "its journal holds none since, and its start is no longer needed to tell: expected %s" % (
+                        self.unit, self.tracker.invocation_id, self.host.receipt_path, self.intent.expect)))
             self.evidence = "receipt"
             return None
         if self.intent.mode == ev.OPTIONAL:
@@ -628,9 +676,13 @@ class Waiter(object):
                               "journald's suppression notice (%.0fs of journal_grace %.0f)" % (
                                   waited, self.policy.journal_grace))
                 return WAITING
-        reason = msgs.completeness_reason(completeness, notices, self.unit, self.tracker.invocation_id,
-                                          self.host.receipt_dir)
-        return self._unverified(reason, notices)
+        return self._unverified(self._completeness_reason(completeness, notices), notices)
+
+    def _completeness_reason(self, completeness, notices):
+        # A start that is not in the journal: retention, or a journald that keeps nothing (Storage=none).
+        storage = self.host.journal_storage() if completeness == ev.NO_START else None
+        return msgs.completeness_reason(completeness, notices, self.unit, self.tracker.invocation_id,
+                                        self.host.receipt_dir, storage)
 
     def _poke(self):
         """journald writes its "Suppressed N messages" notice only when the unit logs again after the
@@ -699,9 +751,11 @@ class Waiter(object):
             argv = self.host.cmdline(pid)
             if argv is None:
                 return WAITING
-            for item in compare_command(intent.command, argv):
+            found, notes = command_differences(intent.command, argv)
+            for item in found:
                 item.update(where="on the command line of its main process %s" % pid, plain=True)
                 differences.append(item)
+            self.notes.extend("main process %s: %s" % (pid, note) for note in notes)
             launched["command_checked"] = True
             launched["command"] = redact(argv)
         effective = None
@@ -763,9 +817,7 @@ class Waiter(object):
         if self.generate is not None and self.missing_since is not None:
             notices = self._suppression_notices()
             completeness = ev.journal_completeness(self.log.start_seen, self.log.after_config_seen, notices)
-            reason = msgs.completeness_reason(completeness, notices, self.unit, self.tracker.invocation_id,
-                                              self.host.receipt_dir)
-            outcome = self._unverified(reason, notices)
+            outcome = self._unverified(self._completeness_reason(completeness, notices), notices)
             if outcome is not None:
                 return outcome
         last_line = self.tail[-1] if self.tail else None
@@ -775,10 +827,14 @@ class Waiter(object):
             repr(last_line) if last_line is not None else "(none seen for this invocation)"))
 
     def _finish(self, outcome):
-        if outcome.verdict == PASS and self.verified and self.policy.write_receipt and self.evidence != "receipt":
+        lines = self._lines()
+        if outcome.verdict == PASS and self.verified and self.policy.write_receipt and \
+                ev.compared_anything(self.intent.mode, self.intent.expect, lines) and \
+                (self.receipt is None or self.log.config_lines):
             receipt = ev.make_receipt(self.unit, self.tracker.invocation_id, self.tracker.main_pid, self.intent.expect,
-                                      self.intent.mode, self.log.config_lines,
-                                      redact(self.intent.command) if self.intent.command else None, self.host.wall())
+                                      self.intent.mode, lines,
+                                      redact(self.intent.command) if self.intent.command else None, self.host.wall(),
+                                      journal_cursor=self.own_cursor)
             try:
                 self.host.write_receipt(receipt)
                 self.receipt_written = self.host.receipt_path
@@ -791,6 +847,7 @@ class Waiter(object):
     def to_state(self):
         """Everything the next slice needs (JSON-serialisable, no secrets)."""
         return {"tracker": self.tracker.to_state(), "log": self.log.to_state(), "cursor": self.cursor,
+                "own_cursor": self.own_cursor,
                 "tail": list(self.tail), "phases": self.phases, "phase": self.phase, "generate": self.generate,
                 "settle_since": self.settle_since, "settled": self.settled, "missing_since": self.missing_since,
                 "poked_at": self.poked_at,
@@ -799,16 +856,11 @@ class Waiter(object):
                 "elapsed": self.elapsed()}
 
     def observed(self):
-        if self.log.config_lines:
-            return self.log.config_lines[-1]["values"]
-        if self.evidence == "receipt" and self.receipt and self.receipt.get("config_lines"):
-            return self.receipt["config_lines"][-1]["values"]
-        return None
+        lines = self._lines()
+        return lines[-1]["values"] if lines else None
 
     def result(self):
-        lines = [line["line"] for line in self.log.config_lines]
-        if not lines and self.evidence == "receipt" and self.receipt:
-            lines = [line.get("line") for line in self.receipt.get("config_lines") or []]
+        lines = [line.get("line") for line in self._lines()]
         return {
             "invocation_id": self.tracker.invocation_id,
             "main_pid": self.tracker.main_pid,
@@ -818,7 +870,7 @@ class Waiter(object):
             "observed": self.observed(),
             "config_line": lines[-1] if lines else None,
             "config_lines": lines,
-            "source": self.evidence if self.evidence in ("journal", "receipt") else None,
+            "source": self.evidence if self.evidence in ("journal", "receipt", "receipt+journal") else None,
             "verified": self.verified and self.evidence is not None,
             "elapsed": self.elapsed(),
             "phases": self.phases,

@@ -214,7 +214,7 @@ config_lines:
   type: list
   elements: str
 source:
-  description: Where the config lines come from - V(receipt), V(journal), or null.
+  description: Where the config lines come from - V(journal), V(receipt), V(receipt+journal) (the receipt and later journal lines), or null.
   returned: when running
   type: str
 receipt:

@@ -106,13 +106,15 @@ exec_start:
   elements: str
   sample: ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--speculative-draft-window-size", "2048"]
 config:
-  description: The key/value pairs of the current invocation's config line, or null when none was logged.
+  description: The key/value pairs of the current invocation's (last) config line, or null when none was logged.
   returned: always
   type: dict
   sample: {"attention_backend": "flashinfer", "model": "DFlashDraftModel", "block_size": 16,
            "draft_window_size": 2048, "compact_cache": true}
 config_source:
-  description: Where RV(config) comes from - V(receipt), V(journal), or null.
+  description:
+    - Where RV(config) comes from - V(journal), V(receipt) (the receipt of its verification, the journal holding no
+      later line), V(receipt+journal) (the receipt, and lines the journal holds after it), or null.
   returned: always
   type: str
   sample: journal
@@ -175,13 +177,12 @@ def run(module, host=None):
     except SystemdError as exc:
         module.warn("could not read ExecStart of %s: %s" % (params["unit"], exc))
     if state.invocation_id:
-        log, receipt, dummy, note = look_back(host, state.invocation_id)
-        if note:
-            module.warn(note)
-        lines = (receipt.get("config_lines") or []) if receipt is not None else log.config_lines
-        if lines:
-            result.update(config=lines[-1]["values"], config_line=redact_text(lines[-1]["line"]),
-                          config_source="receipt" if receipt is not None else "journal")
+        found = look_back(host, state.invocation_id)
+        if found.note:
+            module.warn(found.note)
+        if found.lines:
+            result.update(config=found.lines[-1]["values"], config_line=redact_text(found.lines[-1]["line"]),
+                          config_source=found.source)
     if params["probe_server"]:
         resp = host.server_info(params["timeout"])
         data = resp.json() if resp.kind == "http" and resp.status == 200 else None

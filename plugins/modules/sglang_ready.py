@@ -216,7 +216,10 @@ config_lines:
   type: list
   elements: str
 source:
-  description: Where the evidence comes from - V(journal), V(receipt), or null when there is none.
+  description:
+    - Where the evidence comes from - V(journal), V(receipt) (the receipt of this invocation's verification, its journal
+      holding no later config line), V(receipt+journal) (the receipt, and later lines from the journal), or null when
+      there is none.
   returned: always
   type: str
   sample: journal

@@ -42,13 +42,17 @@ class RunTable(object):
         return result(argv) if callable(result) else result
 
 
+JOURNAL_INV = "0b5a3c2d9e4f4c7a8b1d2e3f4a5b6c7d"
+
+
 def make_entries(*entries):
-    """journalctl -o json output from (message, cursor[, extra fields]) tuples."""
+    """journalctl -o json output from (message, cursor[, extra fields]) tuples, written by a process of
+    invocation JOURNAL_INV unless the extra fields say otherwise."""
     lines = []
     for index, item in enumerate(entries):
         message, cursor = item[0], item[1]
         fields = {"MESSAGE": message, "__CURSOR": cursor, "__REALTIME_TIMESTAMP": str(1764410400000000 + index),
-                  "_PID": "4242", "_SYSTEMD_INVOCATION_ID": "inv"}
+                  "_PID": "4242", "_SYSTEMD_INVOCATION_ID": JOURNAL_INV}
         if len(item) > 2:
             fields.update(item[2])
         lines.append(json.dumps(fields))
@@ -147,11 +151,10 @@ class FakeFollower(object):
         out = []
         while self.position < len(entries) and entries[self.position][0] <= host.now + 1e-9:
             item = entries[self.position][1]
-            item.cursor = "%s:%s" % (self.invocation_id, self.position)
-            out.append(item)
+            item.cursor = self.cursor = "%s:%s" % (self.invocation_id, self.position)
+            if item.belongs_to(self.invocation_id):  # as the real follower: trusted fields only
+                out.append(item)
             self.position += 1
-        if out:
-            self.cursor = out[-1].cursor
         return out
 
     def close(self):
@@ -167,7 +170,8 @@ class FakeHost(object):
     receipt_path = receipt_dir + "/sglang.service.json"
 
     def __init__(self, states, journal=None, port=None, generate=None, alive=None, cmdline=None, environ=None,
-                 effective=None, notices=None, listener="inside", receipt=None, server_info=None, grep=True):
+                 effective=None, notices=None, listener="inside", receipt=None, server_info=None, grep=True,
+                 restarts=None, storage="auto"):
         self.now = 0.0
         self.states = states
         self.journal = journal or {}
@@ -182,6 +186,8 @@ class FakeHost(object):
         self.receipt = receipt
         self.server_info_value = server_info
         self.grep_supported = grep
+        self.storage = storage  # journald's Storage=
+        self.restarts = restarts or []  # [(t, {invocation_id, n_restarts, message})]: systemd's scheduled restarts
         self.followers = []
         self.follow_errors = 0
         self.written = []
@@ -215,15 +221,17 @@ class FakeHost(object):
         self.calls.append("follow:%s" % invocation_id)
         return FakeFollower(self, invocation_id, cursor, from_start)
 
-    def grep(self, invocation_id):
-        self.calls.append("grep:%s" % invocation_id)
+    def grep(self, invocation_id, after_cursor=None):
+        self.calls.append("grep:%s%s" % (invocation_id, " after %s" % after_cursor if after_cursor else ""))
         if not self.grep_supported:
             return None
         from ansible_collections.gpufleet.inference.plugins.module_utils._startup import GREP_PATTERN
         import re
+        first = int(after_cursor.split(":")[1]) + 1 if after_cursor else 0
         found = []
         for index, (at, item) in enumerate(self.journal.get(invocation_id, [])):
-            if at <= self.now and re.search(GREP_PATTERN, item.message):
+            if index >= first and at <= self.now and re.search(GREP_PATTERN, item.message) and \
+                    item.belongs_to(invocation_id):
                 item.cursor = "%s:%s" % (invocation_id, index)
                 found.append(item)
         return found
@@ -237,6 +245,14 @@ class FakeHost(object):
     def tail(self, invocation_id, lines):
         return [item.message for at, item in self.journal.get(invocation_id, []) if at <= self.now
                 and not item.from_systemd][-lines:]
+
+    def journal_storage(self):
+        self.calls.append("journal_storage")
+        return self.storage
+
+    def restarts_since(self, invocation_id):
+        self.calls.append("restarts_since:%s" % invocation_id)
+        return [item for at, item in self.restarts if at <= self.now]
 
     def suppressed(self, invocation_id, since):
         self.calls.append("suppressed")

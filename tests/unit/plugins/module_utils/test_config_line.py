@@ -99,7 +99,8 @@ def test_garbage_is_not_a_config_line(line):
 
 
 def test_floats_strings_quotes():
-    parsed = cfg.parse_config_line("[x] Initialized DDTree worker. block_size=16, tree_budget=1.5, name='a b', path=/x/y")
+    parsed = cfg.parse_config_line(
+        "[2026-11-29 10:00:00] Initialized DDTree worker. block_size=16, tree_budget=1.5, name='a b', path=/x/y")
     assert parsed["values"] == {"block_size": 16, "tree_budget": 1.5, "name": "a b", "path": "/x/y"}
 
 
@@ -120,10 +121,46 @@ def test_find_config_lines_returns_every_rank0_line_in_order():
     assert cfg.find_config_lines([]) == [] and cfg.find_config_line([]) is None
 
 
-def test_a_tag_that_is_not_sglangs_is_no_rank_prefix():
-    # "[... GPU3]" is not a rank prefix: no tags, treated as rank 0 (the timestamp is not taken either)
-    parsed = cfg.parse_config_line("[2026-11-29 10:00:00 GPU3] Initialized DFLASH draft runner. block_size=16")
-    assert parsed["tags"] == {} and parsed["timestamp"] is None
+def test_a_tag_that_is_not_sglangs_makes_the_line_no_config_line():
+    # "[... GPU3]" is not SGLang's logging prefix, so the line is not in SGLang's shape
+    assert cfg.parse_config_line("[2026-11-29 10:00:00 GPU3] Initialized DFLASH draft runner. block_size=16") is None
+    assert cfg.parse_config_line("[x] Initialized DDTree worker. block_size=16") is None
+
+
+# What SGLang's --log-requests writes (sglang/srt/utils/request_logger.py: "Receive: obj=..." and
+# "Finish: obj=..., out=...", the text through repr; 0.5.11 without a prefix, 0.5.12+ with "[ts] ").
+QUOTED = "[2026-11-29 09:00:00 TP0] Initialized DFLASH draft runner. attention_backend=fa3, model=M, " \
+         "block_size=16, draft_window_size=None, compact_cache=False"
+
+
+@pytest.mark.parametrize("line", [
+    "[2026-11-29 10:05:00] Receive: obj=GenerateReqInput(text=%r, input_ids=None)" % ("why does " + QUOTED),
+    "[2026-11-29 10:05:00] Receive: obj=GenerateReqInput(text=%r, input_ids=None)" % QUOTED,
+    "Receive: obj=GenerateReqInput(text=%r, input_ids=None)" % QUOTED,
+    "[2026-11-29 10:05:01] Finish: obj=GenerateReqInput(text='x'), out={'text': %r}" % QUOTED,
+    '[2026-11-29 10:05:01] {"timestamp": "2026-11-29T10:05:01", "event": "request.received", "obj": {"text": "%s"}}'
+    % QUOTED,
+    "user said: " + QUOTED,
+    "  " + QUOTED,  # indented: a continuation, not a line SGLang's logger wrote
+    "[2026-11-29 10:05:00] INFO:     127.0.0.1:5 - \"POST /generate?q=%s HTTP/1.1\" 200 OK" % QUOTED,
+])
+def test_a_line_that_quotes_a_config_line_is_not_one(line):
+    assert cfg.parse_config_line(line) is None
+    assert cfg.find_config_lines([line]) == []
+
+
+def test_the_quoted_line_itself_is_a_config_line():
+    # the control: the same text as SGLang logs it is recognised
+    assert cfg.parse_config_line(QUOTED)["values"]["draft_window_size"] is None
+
+
+def test_split_line_gives_timestamp_tags_and_message():
+    assert cfg.split_line("[2026-11-29 10:00:00 DP1 TP3] Load weight begin.") == (
+        "2026-11-29 10:00:00", {"DP": 1, "TP": 3}, "Load weight begin.")
+    assert cfg.split_line("[2026-11-29 10:00:00] INFO:     Uvicorn running on http://h:1") == (
+        "2026-11-29 10:00:00", {}, "INFO:     Uvicorn running on http://h:1")
+    assert cfg.split_line("Loading safetensors checkpoint shards: 50% Completed") is None
+    assert cfg.split_line("") is None and cfg.split_line(None) is None
 
 
 @pytest.mark.parametrize("expected,observed", [

@@ -13,7 +13,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._journal import
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit, SystemdError
 from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Intent
 
-from fakes import (COMMAND, CONFIG_2048, CONFIG_512, EXPECT_2048, GOOD, NEW, OLD, STARTING, STARTUP, WALL0, FakeHost,
+from fakes import (COMMAND, CONFIG_2048, CONFIG_NONE, CONFIG_512, EXPECT_2048, GOOD, NEW, OLD, STARTING, STARTUP, WALL0, FakeHost,
                    timed, unit_state)
 
 UNIT_TEXT = "[Unit]\nDescription=SGLang\n\n[Service]\nExecStart=/opt/sglang/venv/bin/python -m x\nUser=sglang\n"
@@ -329,14 +329,23 @@ def test_receipt_of_this_invocation_is_the_evidence():
     result = check(host)
     assert result["verdict"] == drift.IN_SYNC and result["source"] == "receipt" and result["receipt"] is True
     assert result["config_lines"] == [CONFIG_2048] and result["observed"]["draft_window_size"] == 2048
-    assert not any(call.startswith("grep") for call in host.calls)
+    # the journal is still searched: a receipt stands in only for the lines the journal no longer has
+    assert "grep:%s" % NEW in host.calls
 
 
-def test_receipt_of_another_invocation_is_not_used():
-    host = host_of(['INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK'],
-                   receipt=dict(RECEIPT, invocation_id=OLD))
+def test_a_config_line_logged_after_the_receipt_is_judged_too():
+    # verified at 2048 (the receipt); later the draft worker re-initialised without a window; the start
+    # of the invocation has been rotated away since
+    receipt = dict(RECEIPT, config_lines=[dict(RECEIPT["config_lines"][0], cursor="%s:0" % NEW)],
+                   journal_cursor="%s:1" % NEW, config_line_mode="required")
+    host = host_of(["[2026-11-29 10:00:00] old line", 'INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK',
+                    CONFIG_NONE], receipt=receipt)
     result = check(host)
-    assert result["verdict"] == drift.UNVERIFIED and result["receipt"] is False
+    assert "grep:%s after %s:1" % (NEW, NEW) in host.calls  # read on from where the verification stopped
+    assert result["verdict"] == drift.DRIFTED and result["source"] == "receipt+journal"
+    assert {(d["key"], d["expected"], d["observed"]) for d in result["differences"]} == {
+        ("draft_window_size", 2048, None), ("compact_cache", True, False)}
+    assert result["config_lines"] == [CONFIG_2048, CONFIG_NONE]
 
 
 def test_receipt_with_other_values_or_no_line():
@@ -344,12 +353,23 @@ def test_receipt_with_other_values_or_no_line():
     result = check(host_of(None, receipt=other))
     assert result["differences"] == [{"what": "config line", "key": "draft_window_size", "expected": 2048,
                                       "observed": 512}]
-    empty = check(host_of(None, receipt=dict(RECEIPT, config_lines=[])))
+    # a receipt of a check that no draft-runner line was logged (mode absent)
+    off_receipt = dict(RECEIPT, config_lines=[], config_line_mode="absent")
+    empty = check(host_of(None, receipt=off_receipt))
     assert empty["differences"] == [{"what": "config line", "key": "draft runner", "expected": "logged",
-                                     "observed": "none (receipt)"}]
+                                     "observed": "none (its receipt records a verification that it logged none, "
+                                                 "and its journal has none since)"}]
     assert empty["source"] == "receipt"
-    off = check(host_of(None, receipt=dict(RECEIPT, config_lines=[])), expect={}, mode="absent")
+    off = check(host_of(None, receipt=off_receipt), expect={}, mode="absent")
     assert off["verdict"] == drift.IN_SYNC and off["source"] == "receipt"
+
+
+def test_a_readiness_only_receipt_proves_nothing_about_the_config_line():
+    # written by a check that compared nothing (mode optional, no line): not evidence that none was logged
+    readiness = dict(RECEIPT, config_lines=[], config_line_mode="optional")
+    result = check(host_of(['INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK'], receipt=readiness))
+    assert result["verdict"] == drift.UNVERIFIED and result["receipt"] is False
+    assert not result["differences"]
 
 
 # --------------------------------------------------------------------------- serving and /server_info

@@ -98,8 +98,40 @@ def test_make_receipt_keeps_what_the_verification_saw():
         "config_line_mode": "required",
         "config_lines": [{"line": CONFIG_2048, "values": LINE_2048["values"], "cursor": "s=1;i=2",
                           "realtime_usec": 5}],
+        "journal_cursor": "s=1;i=2",  # none given: its last config line's
         "command": ["/py", "--api-key", "********"]}
     json.dumps(data)  # plain JSON
+    assert ev.receipt_cursor(data) == "s=1;i=2"
+
+
+def test_a_later_check_reads_the_journal_on_from_where_the_verification_stopped():
+    read_on = ev.make_receipt("u", NEW, 1, {}, ev.ABSENT, [], None, 1.0, journal_cursor="s=1;i=9")
+    assert ev.receipt_cursor(read_on) == "s=1;i=9"
+    # a receipt of an earlier release, without journal_cursor: its last line's cursor, else the start
+    assert ev.receipt_cursor({"config_lines": [{"cursor": "s=1;i=3"}]}) == "s=1;i=3"
+    assert ev.receipt_cursor({"config_lines": []}) is None
+
+
+@pytest.mark.parametrize("mode,expect,lines,compared", [
+    (ev.ABSENT, {}, [], True),                              # "off" was checked
+    (ev.REQUIRED, {"draft_window_size": 2048}, [LINE_2048], True),
+    (ev.REQUIRED, {}, [LINE_2048], True),                   # a line was required and logged
+    (ev.OPTIONAL, {"draft_window_size": 2048}, [LINE_2048], True),
+    (ev.OPTIONAL, {}, [], False),                           # readiness only
+    (ev.OPTIONAL, {}, [LINE_2048], False),                  # lines, but nothing expected of them
+    (ev.OPTIONAL, {"draft_window_size": 2048}, [], False),
+])
+def test_a_receipt_records_only_what_was_compared(mode, expect, lines, compared):
+    assert ev.compared_anything(mode, expect, lines) is compared
+
+
+@pytest.mark.parametrize("mode,lines,usable", [
+    ("required", [{"values": {}}], True), ("absent", [], True), ("optional", [{"values": {}}], True),
+    ("optional", [], False), (None, [], False),
+])
+def test_a_receipt_without_a_comparison_proves_nothing(mode, lines, usable):
+    data = {"unit": "u", "invocation_id": NEW, "config_line_mode": mode, "config_lines": lines}
+    assert (ev.receipt_of(data, "u", NEW) is data) is usable
 
 
 def test_write_is_atomic_mode_0644_and_read_back(tmp_path):

@@ -10,8 +10,9 @@ import select as select_module
 import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _journal as jr
+from fakes import JOURNAL_INV
 
-INV = "0b5a3c2d9e4f4c7a8b1d2e3f4a5b6c7d"
+INV = JOURNAL_INV  # the invocation make_entries writes
 BASE = ["journalctl", "_SYSTEMD_INVOCATION_ID=" + INV, "-o", "json", "--all", "--no-pager", "-q"]
 PATTERN = r"Initialized (DFLASH draft runner|DDTree worker)\."
 
@@ -36,9 +37,39 @@ def test_parse_json_lines_skips_garbage():
     ({"MESSAGE": "Started x", "INVOCATION_ID": INV, "_PID": "1"}, True),          # systemd about it
     ({"MESSAGE": "x", "_SYSTEMD_INVOCATION_ID": INV, "INVOCATION_ID": INV}, False),
     ({"MESSAGE": "x"}, False),
+    # INVOCATION_ID= is a field any client may set (logger --journald, sd_journal_send): only PID 1's counts
+    ({"MESSAGE": "Started x", "INVOCATION_ID": INV, "_PID": "4711", "_UID": "1000"}, False),
+    ({"MESSAGE": "Started x", "INVOCATION_ID": INV, "_PID": "1", "_UID": "1000"}, False),
+    ({"MESSAGE": "x", "INVOCATION_ID": INV, "_PID": "4711", "_SYSTEMD_INVOCATION_ID": "other"}, False),
 ])
 def test_entry_tells_systemds_messages_apart(fields, from_systemd):
     assert jr.Entry(fields).from_systemd is from_systemd
+
+
+@pytest.mark.parametrize("fields,belongs", [
+    ({"_SYSTEMD_INVOCATION_ID": INV, "_PID": "4242"}, True),               # journald: from the unit's cgroup
+    ({"INVOCATION_ID": INV, "_PID": "1", "_UID": "0"}, True),               # systemd's message about it
+    # a hostile local user: their own process (own scope's invocation) naming ours in the client field
+    ({"INVOCATION_ID": INV, "_PID": "4711", "_UID": "1000", "_SYSTEMD_INVOCATION_ID": "5c09e1"}, False),
+    ({"INVOCATION_ID": INV, "_PID": "4711", "_UID": "1000"}, False),
+    ({"_SYSTEMD_INVOCATION_ID": "other", "_PID": "4242"}, False),
+    ({"INVOCATION_ID": "other", "_PID": "1", "_UID": "0"}, False),
+])
+def test_an_entry_belongs_to_an_invocation_only_by_fields_journald_sets(fields, belongs):
+    assert jr.Entry(dict(fields, MESSAGE="m")).belongs_to(INV) is belongs
+
+
+def test_queries_drop_entries_a_client_attributed_to_the_invocation(run_table, jentries):
+    forged = "[2026-11-29 10:04:49 TP0] Initialized DFLASH draft runner. block_size=16, draft_window_size=2048"
+    run_table.add(BASE + ["--grep", PATTERN], out=jentries(
+        ("own", "c1"),
+        (forged, "c2", {"_SYSTEMD_INVOCATION_ID": "5c09e1", "INVOCATION_ID": INV, "_PID": "4711", "_UID": "1000"})))
+    assert [e.message for e in jr.InvocationJournal(run_table, INV).grep_entries(PATTERN)] == ["own"]
+
+
+def test_grep_after_a_cursor_reads_only_what_came_later(run_table, jentries):
+    run_table.add(BASE + ["--grep", PATTERN, "--after-cursor=c5"], out=jentries(("later", "c6")))
+    assert [e.cursor for e in jr.InvocationJournal(run_table, INV).grep_entries(PATTERN, after_cursor="c5")] == ["c6"]
 
 
 def test_entry_fields():
@@ -118,17 +149,22 @@ SUPPRESSED = ["journalctl", "MESSAGE_ID=" + jr.JOURNAL_DROPPED_MESSAGE_ID, "-o",
 
 
 def test_suppressed_notices_match_invocation_unit_or_message(run_table, jentries):
+    driver = {"_TRANSPORT": "driver"}  # journald's own entries
     run_table.add(SUPPRESSED + ["--since", SINCE], out=jentries(
         ("Suppressed 1200 messages from sglang.service", "c1",
-         {"N_DROPPED": "1200", "OBJECT_SYSTEMD_UNIT": "sglang.service", "OBJECT_SYSTEMD_INVOCATION_ID": "=" + INV,
-          "_SYSTEMD_UNIT": "systemd-journald.service"}),
+         dict(driver, N_DROPPED="1200", OBJECT_SYSTEMD_UNIT="sglang.service", OBJECT_SYSTEMD_INVOCATION_ID="=" + INV,
+              _SYSTEMD_UNIT="systemd-journald.service")),
         ("Suppressed 5 messages from sglang.service", "c2",
-         {"N_DROPPED": "5", "OBJECT_SYSTEMD_UNIT": "sglang.service", "OBJECT_SYSTEMD_INVOCATION_ID": "older"}),
-        ("Suppressed 7 messages from other.service", "c3", {"OBJECT_SYSTEMD_UNIT": "other.service"}),
-        ("Suppressed 9 messages from /system.slice/sglang.service", "c4"),
-        ("Suppressed 11 messages from /system.slice/xsglang.service", "c4b"),
-        ("Suppressed 3 messages from sglang.service", "c5", {"OBJECT_SYSTEMD_UNIT": "sglang.service"}),
-        ("Suppressed many messages from sglang.service", "c6", {"OBJECT_SYSTEMD_UNIT": "sglang.service"}),
+         dict(driver, N_DROPPED="5", OBJECT_SYSTEMD_UNIT="sglang.service", OBJECT_SYSTEMD_INVOCATION_ID="older")),
+        ("Suppressed 7 messages from other.service", "c3", dict(driver, OBJECT_SYSTEMD_UNIT="other.service")),
+        ("Suppressed 9 messages from /system.slice/sglang.service", "c4", driver),
+        ("Suppressed 11 messages from /system.slice/xsglang.service", "c4b", driver),
+        ("Suppressed 3 messages from sglang.service", "c5", dict(driver, OBJECT_SYSTEMD_UNIT="sglang.service")),
+        ("Suppressed many messages from sglang.service", "c6", dict(driver, OBJECT_SYSTEMD_UNIT="sglang.service")),
+        # a client imitating the notice (MESSAGE_ID is client-settable; _TRANSPORT is not)
+        ("Suppressed 99 messages from sglang.service", "c7",
+         {"_TRANSPORT": "journal", "_UID": "1000", "OBJECT_SYSTEMD_UNIT": "sglang.service",
+          "OBJECT_SYSTEMD_INVOCATION_ID": INV}),
     ))
     notices = jr.suppressed_notices(run_table, "sglang.service", INV, SINCE)
     assert [n["count"] for n in notices] == [1200, 9, 3, None]
@@ -288,6 +324,18 @@ def test_systemds_entries_are_returned_but_not_in_last_lines(spawner):
     assert list(follow.last_lines) == ["b", "c", "d"]  # bounded by keep, systemd's line left out
 
 
+def test_the_follower_drops_what_a_client_wrote_in_the_invocations_name_and_counts_it(spawner):
+    follow, selector = follower(spawner)
+    follow.read(0)
+    spawner.proc.entry("a", "c1")
+    spawner.proc.write(json.dumps({"MESSAGE": "[2026-11-29 10:04:49 TP0] Initialized DFLASH draft runner. x=1",
+                                   "INVOCATION_ID": INV, "_PID": "4711", "_UID": "1000",
+                                   "_SYSTEMD_INVOCATION_ID": "5c09e1", "__CURSOR": "c2"}).encode() + b"\n")
+    spawner.proc.entry("b", "c3")
+    assert [e.message for e in follow.read(0.1)] == ["a", "b"]
+    assert follow.foreign == 1 and follow.cursor == "c3"
+
+
 def test_eof_of_an_exited_journalctl_raises_and_the_next_read_restarts_after_the_cursor():
     spawn = Spawner(stderr=b"Failed to iterate through journal: Bad message\n")
     try:
@@ -372,3 +420,37 @@ def test_close_of_an_already_dead_process_does_not_raise(spawner):
     spawner.proc.kill = kill
     follow.close()
     assert follow.proc is None
+
+
+# --------------------------------------------------------------------------- systemd's restarts
+
+RESTARTS_BASE = ["journalctl", "-o", "json", "--all", "--no-pager", "-q"]
+SCHEDULED = "MESSAGE_ID=" + jr.RESTART_SCHEDULED_MESSAGE_ID
+
+
+def test_restarts_since_an_invocation_are_pid1s_scheduled_restarts_after_its_end(run_table, jentries):
+    old = "aaaa0000"
+    run_table.add(RESTARTS_BASE + ["-n", "1", "_PID=1", "INVOCATION_ID=" + old],
+                  out=jentries(("Stopped sglang.service.", "c10", {"_PID": "1", "_UID": "0", "INVOCATION_ID": old,
+                                                                   "_SYSTEMD_INVOCATION_ID": None})))
+    # make_entries stamps the n-th entry 1764410400.000000 + n us: the end of `old` is at ...000000
+    pid1 = {"_PID": "1", "_UID": "0", "_SYSTEMD_INVOCATION_ID": None}
+    scheduled = jentries(
+        ("the end itself, again (--since is inclusive)", "c10", dict(pid1, INVOCATION_ID=old)),
+        ("sglang.service: Scheduled restart job, restart counter is at 1.", "c12",
+         dict(pid1, INVOCATION_ID="bbbb1111", N_RESTARTS="1")),
+        ("sglang.service: Scheduled restart job, restart counter is at 9.", "c13",  # not PID 1's
+         {"_PID": "4711", "_UID": "1000", "INVOCATION_ID": "cccc2222", "N_RESTARTS": "9"}))
+    run_table.add(RESTARTS_BASE + ["--since=@1764410400.000000", "_PID=1", SCHEDULED, "UNIT=sglang.service"],
+                  out=scheduled)
+    assert jr.restarts_since(run_table, "sglang.service", old) == [
+        {"invocation_id": "bbbb1111", "n_restarts": 1,
+         "message": "sglang.service: Scheduled restart job, restart counter is at 1."}]
+
+
+def test_restarts_since_an_invocation_whose_end_is_gone_cannot_be_told(run_table):
+    run_table.add(RESTARTS_BASE + ["-n", "1", "_PID=1", "INVOCATION_ID=gone"], out="")
+    assert jr.restarts_since(run_table, "sglang.service", "gone") is None
+    run_table.add(RESTARTS_BASE + ["-n", "1", "_PID=1", "INVOCATION_ID=x"], rc=1, err="Permission denied")
+    with pytest.raises(jr.JournalError, match="Permission denied"):
+        jr.restarts_since(run_table, "sglang.service", "x")

@@ -241,3 +241,40 @@ def test_boot_epoch_of_this_machine_is_within_a_second_of_btime():
     with open("/proc/stat") as handle:
         btime = int(next(line.split()[1] for line in handle if line.startswith("btime ")))
     assert btime - 0.05 <= proc.boot_epoch() < btime + 1.05
+
+
+SGLANG = ["-m", "sglang.launch_server", "--model-path", "/m", "--tp-size", "8"]
+
+
+def test_a_launcher_that_execs_the_interpreter_differs_only_in_the_program():
+    found, notes = proc.command_differences(["/opt/venv/bin/python"] + SGLANG, ["/usr/bin/python3.11"] + SGLANG)
+    assert found == []
+    assert notes == ["its program is /usr/bin/python3.11 where the unit says /opt/venv/bin/python (a launcher in "
+                     "front of the interpreter that execs it); the module and every argument agree"]
+
+
+def test_interpreter_options_in_front_of_the_module_are_part_of_the_program():
+    found, notes = proc.command_differences(["/opt/venv/bin/python"] + SGLANG,
+                                            ["/usr/bin/python3.11", "-X", "faulthandler"] + SGLANG)
+    assert found == [] and "/usr/bin/python3.11 -X faulthandler" in notes[0]
+
+
+def test_other_arguments_are_differences_and_then_the_program_is_named_too():
+    running = ["/usr/bin/python3.11"] + SGLANG[:-1] + ["4"]
+    found, notes = proc.command_differences(["/opt/venv/bin/python"] + SGLANG, running)
+    assert notes == []
+    assert found == [{"key": "program", "expected": "/opt/venv/bin/python", "observed": "/usr/bin/python3.11"},
+                     {"key": "--tp-size", "expected": "8", "observed": "4"}]
+
+
+def test_another_module_is_a_difference():
+    found, notes = proc.command_differences(["/py"] + SGLANG, ["/py", "-m", "other.server"] + SGLANG[2:])
+    assert found == [{"key": "module", "expected": "-m sglang.launch_server", "observed": "-m other.server"}]
+
+
+def test_equal_command_lines_and_the_console_script_form():
+    assert proc.command_differences(["/py"] + SGLANG, ["/py"] + SGLANG) == ([], [])
+    # `sglang serve` has no -m: SGLang's part starts after the program
+    found, notes = proc.command_differences(["/opt/venv/bin/sglang", "serve", "--port", "1"],
+                                            ["/usr/local/bin/sglang", "serve", "--port", "1"])
+    assert found == [] and notes

@@ -23,23 +23,35 @@ def entries_of(messages, invocation=NEW):
 
 
 @pytest.mark.parametrize("message,found", [
-    ("[t] server_args=ServerArgs(model_path='/m')", ("starting", None)),
-    ("[t TP0] Load weight begin. avail mem=78.50 GB", ("loading_weights", None)),
+    ("[2026-11-29 10:00:00] server_args=ServerArgs(model_path='/m')", ("starting", None)),
+    ("[2026-11-29 10:00:00 TP0] Load weight begin. avail mem=78.50 GB", ("loading_weights", None)),
     ("Loading safetensors checkpoint shards:  50% Completed | 8/16 [00:01<00:01, 3.0it/s]",
      ("loading_weights", "shard 8/16 (50%)")),
     ("Loading safetensors checkpoint shards: 100% Completed | 16/16 [00:02<00:00]",
      ("loading_weights", "shard 16/16 (100%)")),
-    ("[t TP0] Load weight end. elapsed=1.24 s", ("weights_loaded", None)),
-    ("[t TP0] KV Cache is allocated. #tokens: 352000", ("kv_cache", None)),
-    ("[t TP0] Capture cuda graph begin. This can take up to several minutes.", ("cuda_graph", None)),
+    ("[2026-11-29 10:00:00 TP0] Load weight end. elapsed=1.24 s", ("weights_loaded", None)),
+    ("[2026-11-29 10:00:00 TP0] KV Cache is allocated. #tokens: 352000", ("kv_cache", None)),
+    ("[2026-11-29 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes.", ("cuda_graph", None)),
     ("INFO:     Uvicorn running on http://127.0.1.11:30000 (Press CTRL+C to quit)", ("port_open", None)),
     ('INFO:     127.0.0.1:5 - "POST /generate HTTP/1.1" 200 OK', ("port_open", None)),
     ('INFO:     127.0.0.1:5 - "GET /health HTTP/1.1" 200 OK', ("port_open", None)),
-    ("[t TP0] Prefill batch. #new-seq: 1", ("port_open", None)),
-    ("[t TP0] Decode batch. #running-req: 1", ("port_open", None)),
-    ("[t] The server is fired up and ready to roll!", ("ready", None)),
-    ("[t TP0] something else", None),
+    ("[2026-11-29 10:00:00 TP0] Prefill batch. #new-seq: 1", ("port_open", None)),
+    ("[2026-11-29 10:00:00 TP0] Decode batch. #running-req: 1", ("port_open", None)),
+    ("[2026-11-29 10:00:00] The server is fired up and ready to roll!", ("ready", None)),
+    # SGLang's uvicorn format (set_uvicorn_logging_configs): its own "[ts] " in front of the level
+    ("[2026-11-29 10:00:00] INFO:     Uvicorn running on http://127.0.1.11:30000 (Press CTRL+C to quit)",
+     ("port_open", None)),
+    ('[2026-11-29 10:00:00] INFO:     127.0.0.1:5 - "POST /generate HTTP/1.1" 200 OK', ("port_open", None)),
+    ("\rLoading safetensors checkpoint shards:  6% Completed | 1/16\rLoading safetensors checkpoint shards:  12% "
+     "Completed | 2/16", ("loading_weights", "shard 2/16 (12%)")),
+    ("[2026-11-29 10:00:00 TP0] something else", None),
     ("", None),
+    # request logs quote user text: a phase's words inside them are not that phase
+    ("[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(text='The server is fired up and ready to roll!')", None),
+    ("[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(text='INFO:     Uvicorn running on http://x:1')", None),
+    ("Receive: obj=GenerateReqInput(text='[2026-11-29 10:00:00] server_args=ServerArgs()')", None),
+    ("[2026-11-29 10:00:00] Finish: obj=GenerateReqInput(text='x'), out={'text': 'Load weight begin'}", None),
+    ("says Loading safetensors checkpoint shards:  50% Completed | 8/16", None),
 ])
 def test_classify(message, found):
     assert st.classify(message) == found
@@ -63,8 +75,8 @@ def test_a_healthy_startup_in_order():
 
 def test_phases_never_go_backwards():
     log = st.StartupLog()
-    log.feed(entries_of(["[t TP0] KV Cache is allocated.", "[t TP1] Load weight begin.",
-                         "Loading safetensors checkpoint shards:  50% Completed | 8/16", "[t] server_args=x"]))
+    log.feed(entries_of(["[2026-11-29 10:00:00 TP0] KV Cache is allocated.", "[2026-11-29 10:00:00 TP1] Load weight begin.",
+                         "Loading safetensors checkpoint shards:  50% Completed | 8/16", "[2026-11-29 10:00:00] server_args=x"]))
     assert log.phase == "kv_cache"
     assert [phase for phase, detail in log.take_events()] == ["kv_cache"]
     assert log.start_seen  # a late first line still proves the start is in the journal
@@ -147,7 +159,7 @@ def test_to_state_round_trip_through_json():
     assert again.to_state() == log.to_state()
     assert again.events == []  # events are not state: the next slice reports only its own
     # the next slice goes on from there, never backwards
-    again.feed(entries_of(["[t TP0] Load weight begin."]))
+    again.feed(entries_of(["[2026-11-29 10:00:00 TP0] Load weight begin."]))
     assert again.phase == "draft_runner" and again.take_events() == []
     again.feed(entries_of(STARTUP[7:]))
     assert again.phase == "ready" and again.after_config_seen and again.lines_seen == 7 + 1 + 2
@@ -157,47 +169,62 @@ def test_to_state_round_trip_through_json():
 def test_grep_pattern_finds_the_landmarks_only():
     landmarks = [line for line in STARTUP if re.search(st.GREP_PATTERN, line)]
     assert landmarks == [STARTUP[0], CONFIG_2048, STARTUP[7], STARTUP[8]]
-    assert re.search(st.GREP_PATTERN, "[t TP0] Initialized DDTree worker. block_size=16")
+    assert re.search(st.GREP_PATTERN, "[2026-11-29 10:00:00 TP0] Initialized DDTree worker. block_size=16")
 
 
 # --------------------------------------------------------------------------- look_back
 
-RECEIPT = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "config_lines": []}
+RECEIPT = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "config_line_mode": "required",
+           "config_lines": [{"line": CONFIG_2048, "values": {"draft_window_size": 2048}, "cursor": "%s:6" % NEW}],
+           "journal_cursor": "%s:8" % NEW}
 
 
-def test_look_back_takes_the_receipt_first_and_never_greps():
+def test_look_back_takes_the_receipt_and_searches_only_after_it():
     host = FakeHost(states=[(0.0, unit_state(NEW))], receipt=RECEIPT, journal={NEW: timed(0.0, STARTUP)})
-    log, receipt, entries, note = st.look_back(host, NEW)
-    assert receipt is RECEIPT and entries == [] and note is None
-    assert log.config_lines == [] and not any(call.startswith("grep") for call in host.calls)
+    host.now = 10.0
+    found = st.look_back(host, NEW)
+    assert found.receipt is RECEIPT and found.entries == [] and found.note is None
+    assert host.calls == ["grep:%s after %s:8" % (NEW, NEW)]
+    assert [line["line"] for line in found.lines] == [CONFIG_2048] and found.source == "receipt"
+
+
+def test_look_back_never_lets_a_receipt_hide_a_later_config_line():
+    later = CONFIG_2048.replace("draft_window_size=2048, compact_cache=True", "draft_window_size=None, compact_cache=False")
+    host = FakeHost(states=[(0.0, unit_state(NEW))], receipt=RECEIPT, journal={NEW: timed(0.0, STARTUP + [later])})
+    host.now = 10.0
+    found = st.look_back(host, NEW)
+    assert [line["line"] for line in found.lines] == [CONFIG_2048, later]
+    assert found.source == "receipt+journal"
 
 
 def test_look_back_ignores_a_receipt_of_another_invocation_and_greps():
     other = dict(RECEIPT, invocation_id=OLD)
     host = FakeHost(states=[(0.0, unit_state(NEW))], receipt=other, journal={NEW: timed(0.0, STARTUP, 0.1)})
     host.now = 10.0
-    log, receipt, entries, note = st.look_back(host, NEW)
-    assert receipt is None and note is None
+    found = st.look_back(host, NEW)
+    assert found.receipt is None and found.note is None
     assert host.calls == ["grep:%s" % NEW]
-    assert [item.message for item in entries] == [STARTUP[0], CONFIG_2048, STARTUP[7], STARTUP[8]]
+    assert [item.message for item in found.entries] == [STARTUP[0], CONFIG_2048, STARTUP[7], STARTUP[8]]
+    log = found.log
     assert log.start_seen and log.after_config_seen and len(log.config_lines) == 1
     assert log.events == []  # a look back reports no progress
+    assert found.source == "journal" and found.lines == log.config_lines
 
 
 def test_look_back_when_grep_is_unsupported_says_so():
     host = FakeHost(states=[(0.0, unit_state(NEW))], grep=False)
-    log, receipt, entries, note = st.look_back(host, NEW)
-    assert (receipt, entries) == (None, [])
-    assert note == "journalctl here cannot --grep; the journal of invocation %s was not searched" % NEW
-    assert not log.start_seen and log.config_lines == []
+    found = st.look_back(host, NEW)
+    assert (found.receipt, found.entries, found.lines, found.source) == (None, [], [], None)
+    assert found.note == "journalctl here cannot --grep; the journal of invocation %s was not searched" % NEW
+    assert not found.log.start_seen
 
 
 def test_look_back_when_the_journal_cannot_be_read():
     host = FakeHost(states=[(0.0, unit_state(NEW))])
 
-    def broken(invocation_id):
+    def broken(invocation_id, after_cursor=None):
         raise JournalError("journalctl failed (rc=1): Permission denied")
     host.grep = broken
-    log, receipt, entries, note = st.look_back(host, NEW)
-    assert receipt is None and entries == []
-    assert note == "could not search the journal of invocation %s: journalctl failed (rc=1): Permission denied" % NEW
+    found = st.look_back(host, NEW)
+    assert found.receipt is None and found.entries == []
+    assert found.note == "could not search the journal of invocation %s: journalctl failed (rc=1): Permission denied" % NEW

@@ -196,3 +196,13 @@ def test_effective_unit_as_dict_never_carries_a_command_line_secret():
     shown = effective.as_dict()["exec_start"]
     assert "s3cr3t" not in " ".join(shown)
     assert shown[-3:] == ["--api-key", "********", "--admin-api-key=********"]
+
+
+def test_journald_storage_takes_the_last_setting_of_the_journal_section():
+    text = ("# /etc/systemd/journald.conf\n[Journal]\n#Storage=auto\nStorage=persistent\n\n"
+            "# /etc/systemd/journald.conf.d/50-x.conf\n[Journal]\nStorage=none\n")
+    assert sd.journald_storage(text) == "none"
+    assert sd.journald_storage("[Journal]\nRateLimitBurst=5\n") == "auto"
+    assert sd.journald_storage("[Other]\nStorage=none\n") == "auto"
+    assert sd.journald_storage("[Journal]\nStorage=Volatile\n") == "volatile"
+    assert sd.journald_storage("") is None and sd.journald_storage(None) is None

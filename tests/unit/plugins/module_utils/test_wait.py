@@ -321,7 +321,7 @@ def test_crash_loop_is_named_and_fast():
 def test_tolerated_restart_follows_the_next_invocation():
     states = STARTED + [(3.0, unit_state(NEWER, "activating", "start", restarts=1)),
                         (3.5, unit_state(NEWER, restarts=1))]
-    journal = {NEW: timed(2.0, STARTUP[:2]), NEWER: timed(3.6, STARTUP, 0.1)}
+    journal = {NEW: timed(2.0, STARTUP[:2]), NEWER: timed(3.6, STARTUP, 0.1, NEWER)}
     host = healthy_host(states=states, journal=journal, port_at=4.5, generate=[(4.5, GOOD)])
     outcome, result, w = run(host, crash_loop_restarts=1)
     assert outcome.verdict == wait.PASS, outcome.msg
@@ -531,3 +531,113 @@ def test_a_new_invocation_first_seen_while_systemd_restarts_it_is_a_crash_loop()
     failed = unit_state(NEW, "failed", "failed", pid=0, result="exit-code", code="1", status="1")
     outcome, result, w = run(FakeHost(states=[(0.0, failed)], cmdline=COMMAND))
     assert outcome.verdict == wait.DIED and "status=1/FAILURE, Result exit-code" in outcome.msg
+
+
+# --------------------------------------------------------------------------- evidence only the server can write
+
+def forged(message, invocation=NEW):
+    """What an unprivileged local user can write (logger --journald): the client field INVOCATION_ID names
+    the invocation; journald sets _SYSTEMD_INVOCATION_ID from the writer's own cgroup (its session scope)."""
+    return entry(message, invocation="5c09e1ffffffffffffffffffffffffff", INVOCATION_ID=invocation, _PID="4711",
+                 _UID="1000", SYSLOG_IDENTIFIER="sglang")
+
+
+def test_a_config_line_forged_by_another_user_is_no_evidence():
+    # the server never logs its config line; a hostile user writes one in the new invocation's name
+    lines = [line for line in STARTUP if "draft runner" not in line]
+    journal = {NEW: timed(2.0, lines[:-2], 0.2) + [(3.5, forged(CONFIG_2048))] + timed(PORT_AT, lines[-2:], 0.1)}
+    host = healthy_host(lines=lines, journal=journal)
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.MISSING_CONFIG_LINE, outcome.msg
+    assert result["config_lines"] == [] and not host.written
+
+
+def test_a_forged_systemd_message_does_not_end_the_invocation():
+    # "Main process exited" from a user's process is not systemd's: the wait goes on and passes
+    journal = {NEW: timed(2.0, STARTUP[:-2], 0.2) + [(3.0, forged("sglang.service: Main process exited, "
+                                                                  "code=exited, status=1/FAILURE"))]
+               + timed(PORT_AT, STARTUP[-2:], 0.1)}
+    outcome, result, w = run(healthy_host(journal=journal))
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert result["unit_state"]["exit"] is None
+
+
+def test_a_request_log_quoting_an_old_config_line_during_settle_is_no_mismatch():
+    quoted = "[2026-11-29 10:05:00] Receive: obj=GenerateReqInput(text=%r, sampling_params={})" % (
+        "why did my server log " + CONFIG_NONE)
+    journal = {NEW: timed(2.0, STARTUP[:-2], 0.2) + timed(PORT_AT, STARTUP[-2:], 0.1) + [(6.0, entry(quoted))]}
+    outcome, result, w = run(healthy_host(journal=journal), min_ready_seconds=5)
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert result["config_lines"] == [CONFIG_2048]
+
+
+def test_a_readiness_only_check_writes_no_receipt():
+    host = healthy_host()
+    outcome, result, w = run(host, expect={}, config_line="optional", command=None)
+    assert outcome.verdict == wait.PASS and "readiness only" in outcome.msg
+    assert not host.written and result["receipt"] is None
+
+
+def test_verify_only_with_a_receipt_judges_a_line_logged_after_it():
+    # verified at 2048; the draft worker re-initialised without a window later; the start was rotated away
+    values = {"block_size": 16, "draft_window_size": 2048, "compact_cache": True}
+    receipt = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "verified_at": 0,
+               "config_line_mode": "required", "journal_cursor": "%s:0" % NEW,
+               "config_lines": [{"line": CONFIG_2048, "values": values, "cursor": "old"}]}
+    journal = {NEW: [(0.0, entry('INFO:     127.0.0.1:1 - "POST /generate HTTP/1.1" 200 OK')),
+                     (50.0, entry(CONFIG_NONE))]}
+    host = FakeHost(states=[(0.0, unit_state(NEW))], journal=journal, cmdline=COMMAND, receipt=receipt)
+    host.now = 100.0
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == wait.MISMATCH, outcome.msg
+    assert "second config line" in outcome.msg and "draft_window_size: expected 2048" in outcome.msg
+    assert result["config_lines"] == [CONFIG_2048, CONFIG_NONE]
+
+
+def test_a_crash_restarted_by_systemd_before_the_first_look_is_a_crash_loop():
+    # the new process (NEW) exited 1 and systemd restarted it (NEWER) before the wait first looked
+    crashed = {NEW: timed(0.5, ["[2026-11-29 10:00:00] server_args=ServerArgs()",
+                                "ValueError: --speculative-draft-window-size must be positive, got 0."], 0.1)}
+    restarts = [(1.0, {"invocation_id": NEW, "n_restarts": 1,
+                       "message": "sglang.service: Scheduled restart job, restart counter is at 1."})]
+    host = healthy_host(states=[(0.0, unit_state(NEWER, restarts=1))], journal=dict(
+        crashed, **{NEWER: timed(2.0, STARTUP, 0.2, NEWER)}), restarts=restarts)
+    host.now = 2.0
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.CRASH_LOOP, outcome.msg
+    assert "restarted it once before this wait first looked" in outcome.msg and NEW in outcome.msg
+    assert "must be positive" in outcome.msg  # the crashed invocation's own last lines
+    assert not host.written
+
+
+def test_a_restart_before_the_first_look_counts_against_tolerated_restarts():
+    restarts = [(1.0, {"invocation_id": NEW, "n_restarts": 1, "message": "Scheduled restart job"})]
+    host = healthy_host(states=[(0.0, unit_state(NEWER, restarts=1))],
+                        journal={NEWER: timed(2.0, STARTUP, 0.2, NEWER)}, restarts=restarts)
+    host.now = 2.0
+    outcome, result, w = run(host, crash_loop_restarts=1)
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert "before this wait first looked" in result["notes"][0]
+    # one more restart by systemd would now exceed crash_loop_restarts=1
+
+
+def test_a_launcher_in_front_of_the_interpreter_is_a_note_not_a_mismatch():
+    shimmed = ["/usr/bin/python3.11"] + COMMAND[1:]  # a pyenv shim or wrapper exec'd the real interpreter
+    outcome, result, w = run(healthy_host(cmdline=shimmed))
+    assert outcome.verdict == wait.PASS, outcome.msg
+    assert any("/usr/bin/python3.11" in note and "execs it" in note for note in result["notes"])
+
+
+def test_a_launcher_does_not_hide_other_arguments():
+    other = ["/usr/bin/python3.11"] + [arg if arg != "2048" else "512" for arg in COMMAND[1:]]
+    outcome, result, w = run(healthy_host(cmdline=other))
+    assert outcome.verdict == wait.MISMATCH
+    assert "program: expected /opt/sglang/venv/bin/python" in outcome.msg
+    assert "--speculative-dflash-draft-window-size: expected 2048, observed 512" in outcome.msg
+
+
+def test_a_journald_that_keeps_nothing_is_named_as_the_cause():
+    host = healthy_host(journal={}, storage="none")
+    outcome, result, w = run(host)
+    assert outcome.verdict == wait.UNVERIFIED
+    assert "Storage=none" in outcome.msg and "retention" not in outcome.msg
