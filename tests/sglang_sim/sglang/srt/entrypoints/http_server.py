@@ -16,6 +16,7 @@ import os
 import random
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from sglang._sim_profile import at_least, selected_version
 from sglang.srt.server_args import window_key
-from sglang.srt.utils.common import log, rank_prefix, write_line
+from sglang.srt.utils.common import format_line, log, rank_prefix, write_line
 
 # --------------------------------------------------------------------------
 # configuration from the environment
@@ -646,9 +647,63 @@ class BadRequest(Exception):
 
 
 def _access_log(client, method, path, status):
+    # SGLang's access format (set_uvicorn_logging_configs): '[ts] INFO:     host:port - "REQUEST" STATUS'
     reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
               405: "Method Not Allowed", 503: "Service Unavailable"}.get(status, "")
-    write_line(f'INFO:     {client[0]}:{client[1]} - "{method} {path} HTTP/1.1" {status} {reason}', fd=1)
+    host = f"[{client[0]}]" if ":" in client[0] else client[0]
+    write_line(format_line(f'INFO:     {host}:{client[1]} - "{method} {path} HTTP/1.1" {status} {reason}'), fd=1)
+
+
+def _truncated(data, max_length):
+    """sglang/srt/utils/request_logger.py _dataclass_to_string_truncated: strings through repr, so a
+    request's text never starts a log line of its own."""
+    if isinstance(data, str):
+        if len(data) > max_length:
+            half = max_length // 2
+            return f"{data[:half]!r} ... {data[-half:]!r}"
+        return repr(data)
+    if isinstance(data, (list, tuple)):
+        if len(data) > max_length:
+            half = max_length // 2
+            return str(data[:half]) + " ... " + str(data[-half:])
+        return str(data)
+    if isinstance(data, dict):
+        return "{" + ", ".join(f"'{k}': {_truncated(v, max_length)}" for k, v in data.items()) + "}"
+    return str(data)
+
+
+# GenerateReqInput's first fields, in the dataclass's order (sglang/srt/managers/io_struct.py).
+_REQUEST_FIELDS = ("text", "input_ids", "input_embeds", "image_data", "video_data", "audio_data",
+                   "sampling_params", "return_logprob", "logprob_start_len", "top_logprobs_num", "stream",
+                   "log_metrics", "rid")
+_SKIPPED_AT_LEVEL = {0: {"text", "input_ids", "input_embeds", "image_data", "audio_data", "video_data",
+                         "sampling_params"},
+                     1: {"text", "input_ids", "input_embeds", "image_data", "audio_data", "video_data"}}
+
+
+def log_request(sa, event, request, out=None):
+    """--log-requests (RequestLogger.log_received_request / log_finished_request): 'Receive: obj=...' and
+    'Finish: obj=..., out=...' on stdout through a logger of its own - no prefix in 0.5.11, '[ts] ' from
+    0.5.12 - or one JSON object per line with --log-requests-format json."""
+    if not sa.log_requests:
+        return
+    level = 2 if sa.log_requests_level is None else int(sa.log_requests_level)
+    skip = _SKIPPED_AT_LEVEL.get(level, set())
+    max_length = 2048 if level == 2 else 1 << 30
+    fields = dict((name, request.get(name)) for name in _REQUEST_FIELDS if name not in skip)
+    if sa.log_requests_format == "json":
+        data = {"timestamp": time.strftime("%Y-%m-%dT%H:%M:%S"), "event": "request.received" if out is None
+                else "request.finished", "rid": request.get("rid"), "obj": fields}
+        if out is not None:
+            data["out"] = dict((k, v) for k, v in out.items() if level >= 2 or k not in ("text", "output_ids"))
+        message = json.dumps(data, ensure_ascii=False)
+    else:
+        obj = "GenerateReqInput(" + ", ".join(f"{k}={_truncated(v, max_length)}" for k, v in fields.items()) + ")"
+        message = f"{event}: obj={obj}"
+        if out is not None:
+            shown = dict((k, v) for k, v in out.items() if level >= 2 or k not in ("text", "output_ids"))
+            message += f", out={_truncated(shown, max_length)}"
+    write_line(format_line(message) if at_least("0.5.12") else message, fd=1)
 
 
 def make_handler(engine):
@@ -841,6 +896,8 @@ def make_handler(engine):
                     prompts.append((json.dumps(item), max(1, len(item))))
             self._maybe_hang()
             rid = body.get("rid") or uuid.uuid4().hex
+            request = dict(body, rid=rid, stream=bool(body.get("stream")))
+            log_request(sa, "Receive", request)
             if body.get("stream"):
                 return self._stream(prompts[0], sampling, rid if isinstance(rid, str) else uuid.uuid4().hex)
             results = []
@@ -857,6 +914,8 @@ def make_handler(engine):
                 threads.append(worker)
             for worker in threads:
                 worker.join()
+            for result in results:
+                log_request(sa, "Finish", request, result)
             return self._send(200, results if batch else results[0])
 
         def _stream(self, prompt, sampling, rid):
@@ -879,6 +938,8 @@ def make_handler(engine):
                     pass
 
             result = engine.generate_one(prompt[0], prompt[1], sampling, rid, stream_cb=chunk)
+            log_request(sa, "Finish", {"text": prompt[0], "sampling_params": sampling, "rid": rid, "stream": True},
+                        result)
             try:
                 self.wfile.write(b"data: " + json.dumps(result).encode() + b"\n\n")
                 self.wfile.write(b"data: [DONE]\n\n")
@@ -951,6 +1012,13 @@ class SimHTTPServer(ThreadingHTTPServer):
     request_queue_size = 1024
     allow_reuse_address = True
 
+    def __init__(self, address, handler):
+        # uvicorn's bind_socket: AF_INET6 for an address with ':' ("::" then also takes IPv4,
+        # net.ipv6.bindv6only permitting), AF_INET otherwise.
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, handler)
+
     def handle_error(self, request, client_address):
         pass  # client went away; uvicorn stays quiet about it too
 
@@ -965,6 +1033,13 @@ class Launcher:
         self.server_args = server_args
         self.sa = sa = Resolved(server_args)
         self.faults = parse_faults()
+        marker = self.faults.get("crash_once")
+        if marker and not os.path.exists(marker):
+            # the first launch crashes during load (as crash_during_load) and leaves the marker; the
+            # next one - systemd's restart - starts normally
+            with open(marker, "w"):
+                pass
+            self.faults["crash_during_load"] = None
         self.layout = Layout(sa)
         self.children = []
         self.engine = Engine(sa, server_args, self.faults, self.layout)
@@ -1051,13 +1126,13 @@ class Launcher:
         try:
             self.httpd = SimHTTPServer((host, int(sa.port)), make_handler(engine))
         except OSError as exc:
-            write_line(f"INFO:     Started server process [{os.getpid()}]")
-            write_line("INFO:     Waiting for application startup.")
-            write_line("INFO:     Application startup complete.")
-            write_line(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-                       f"('{host}', {sa.port}): {exc.strerror.lower() if exc.strerror else exc}")
-            write_line("INFO:     Waiting for application shutdown.")
-            write_line("INFO:     Application shutdown complete.")
+            log(f"INFO:     Started server process [{os.getpid()}]")
+            log("INFO:     Waiting for application startup.")
+            log("INFO:     Application startup complete.")
+            log(f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+                f"('{host}', {sa.port}): {exc.strerror.lower() if exc.strerror else exc}")
+            log("INFO:     Waiting for application shutdown.")
+            log("INFO:     Application shutdown complete.")
             self.kill_children()
             sys.exit(1)
         if "orphan_on_stop" in self.faults:
@@ -1065,18 +1140,19 @@ class Launcher:
         signal.signal(signal.SIGQUIT, self.running_phase_sigquit)
         signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.signal(signal.SIGINT, self.on_sigterm)
-        write_line(f"INFO:     Started server process [{os.getpid()}]")
-        write_line("INFO:     Waiting for application startup.")
-        write_line("INFO:     Application startup complete.")
-        write_line(f"INFO:     Uvicorn running on http://{host}:{sa.port} (Press CTRL+C to quit)")
+        log(f"INFO:     Started server process [{os.getpid()}]")
+        log("INFO:     Waiting for application startup.")
+        log("INFO:     Application startup complete.")
+        shown = f"[{host}]" if ":" in host else host
+        log(f"INFO:     Uvicorn running on http://{shown}:{sa.port} (Press CTRL+C to quit)")
         threading.Thread(target=self.warmup, daemon=True).start()
         threading.Thread(target=self.sigterm_watchdog, daemon=True).start()
         self.httpd.serve_forever(poll_interval=0.05)
         # serve_forever returned: 0.5.23-style clean stop
-        write_line("INFO:     Shutting down")
-        write_line("INFO:     Waiting for application shutdown.")
-        write_line("INFO:     Application shutdown complete.")
-        write_line(f"INFO:     Finished server process [{os.getpid()}]")
+        log("INFO:     Shutting down")
+        log("INFO:     Waiting for application shutdown.")
+        log("INFO:     Application shutdown complete.")
+        log(f"INFO:     Finished server process [{os.getpid()}]")
         sys.stdout.flush()
         os._exit(0)
 
