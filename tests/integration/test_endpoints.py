@@ -80,17 +80,22 @@ def test_rollout_with_a_wildcard_bind_probes_loopback_and_joins_the_router_at_th
     assert record["endpoint"] == {"url": f"http://127.0.0.1:{PORT}", "worker_url": f"http://{host['address']}:{PORT}"}
 
 
-def test_ipv6_wildcard_is_probed_on_ipv6_loopback(one_host_inventory, router_clean, tmp_path):
+def test_ipv6_wildcard_is_rolled_out_probed_on_ipv6_loopback_and_joins_the_router(
+        one_host_inventory, router_clean, tmp_path, state_of, sh):
     hosts_yml, host, set_vars = one_host_inventory
-    set_vars("::")
+    set_vars("::")  # bound as SGLang's uvicorn binds it: IPv6, dual-stack; on a port of its own
     run = ansible_playbook(hosts_yml, "playbooks/rollout.yml", {"rollout_results_dir": str(tmp_path / "r")},
                            env={"ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_VERBOSITY": "1"})
-    assert run.rc != 0, run
+    assert run.rc == 0, run
+    wait = wait_result(run.out, host["name"])
+    assert wait["verdict"] == "pass" and wait["listener"]["verdict"] == "inside", wait
+    # the socket the wait checked (and sent /generate to) is IPv6 loopback's, served by the unit
+    assert wait["listener"]["message"].startswith(f"[::1]:{PORT} is served by pid"), wait["listener"]
+    assert sh(host, f"ss -Hltn -6 'sport = :{PORT}'").strip()  # an IPv6 socket (dual-stack: ss shows '*')
     (run_dir,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir() and p.name != "fleet"]
     record = json.loads((run_dir / f"{host['name']}.json").read_text())
+    assert record["status"] == "updated" and record["new_invocation"] == state_of(host)["InvocationID"]
     assert record["endpoint"] == {"url": f"http://[::1]:{PORT}", "worker_url": f"http://{host['address']}:{PORT}"}
-    # The simulator cannot bind "::" (it is IPv4 only), so its process dies after loading: the
-    # verdict names that, not a probe of a wrong address.
-    wait = wait_result(run.out, host["name"])
-    assert wait["verdict"] in ("died", "crash_loop"), wait
-    assert "0.0.0.0" not in wait["msg"] and "http://::" not in wait["msg"]
+    if router_clean:
+        workers = {w["url"] for w in requests.get(f"{router_clean}/workers", timeout=5).json()["workers"]}
+        assert f"http://{host['address']}:{PORT}" in workers, workers
