@@ -122,8 +122,21 @@ def receipt_cursor(receipt):
     return receipt.get("journal_cursor") or (lines[-1].get("cursor") if lines else None)
 
 
+def trusted_file(path, uid=None):
+    """Whether only root or the user this check runs as could have written `path`: owned by one of
+    them and not writable by group or others."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return info.st_uid in (0, os.geteuid() if uid is None else uid) and not info.st_mode & 0o022
+
+
 def read_receipt(path):
-    """The receipt at `path`, or None when there is none or it is unreadable."""
+    """The receipt at `path`, or None when there is none, it is unreadable, or someone other than the
+    user who writes receipts could have written it (a receipt is evidence)."""
+    if not trusted_file(path):
+        return None
     try:
         with open(path) as handle:
             data = json.load(handle)

@@ -185,3 +185,17 @@ def test_receipt_of_nothing():
     assert ev.receipt_of(None, "sglang.service", NEW) is None
     assert ev.receipt_of({}, "sglang.service", NEW) is None
     assert ev.receipt_of(receipt(invocation_id=None), "sglang.service", None) is None
+
+
+def test_a_receipt_someone_else_could_have_written_is_not_read(tmp_path):
+    path = ev.receipt_path(str(tmp_path), "sglang.service")
+    ev.write_receipt(path, receipt())
+    assert ev.read_receipt(path) == receipt()
+    os.chmod(path, 0o666)  # writable by anyone: no longer evidence
+    assert ev.read_receipt(path) is None
+    os.chmod(path, 0o644)
+    assert ev.trusted_file(path)
+    if os.geteuid() == 0:  # CI and the lab run as root
+        os.chown(path, 4711, -1)  # owned by another user than root or the one checking
+        assert not ev.trusted_file(path) and ev.read_receipt(path) is None
+    assert not ev.trusted_file(str(tmp_path / "missing.json"))
