@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import re
 
-# Keys of SGLang's startup config lines -> the unit flags (any version) that set them.
-# Used to name "the flag in the unit" when observed and intended values disagree.
-EXPECT_KEY_FLAGS = {
-    "draft_window_size": ("--speculative-draft-window-size",
-                          "--speculative-dflash-draft-window-size"),
-    "compact_cache": ("--speculative-draft-window-size",
-                      "--speculative-dflash-draft-window-size"),
-    "block_size": ("--speculative-num-draft-tokens", "--speculative-dflash-block-size"),
-    "tree_budget": ("--speculative-ddtree-tree-budget",),
-}
-
-
-def flags_for_key(key):
-    """Unit flags that determine config-line key `key` (empty tuple when none is known)."""
-    return EXPECT_KEY_FLAGS.get(key, ())
-
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import (
+    BLOCK_SIZE_FLAG,
+    CONFIG_FLAG,
+    TREE_BUDGET_FLAG,
+    WINDOW_FLAG_NEW,
+    WINDOW_FLAG_OLD,
+    server_info_key,
+)
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import systemd_quote, systemd_quote_env
 
 ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP", "DSPARK",
               "UNO", "DDTREE")
@@ -44,20 +37,13 @@ ENTRYPOINT = ("-m", "sglang.launch_server")
 DEFAULT_PYTHON = "/opt/sglang/venv/bin/python"
 
 # The API key is never on the command line (`ps` would show it): the unit passes
-# `--config <sglang_config_file>`, a YAML file readable only by root and the service user that
-# holds `api-key: <key>` (SGLang merges it into its argv in-process; 0.5.10 and later).
-CONFIG_FLAG = "--config"
+# `--config <sglang_config_file>` (CONFIG_FLAG), a YAML file readable only by root and the service
+# user that holds `api-key: <key>` (SGLang merges it into its argv in-process).
 # Environment name the role refuses in sglang_environment (the key has its own variable).
 API_KEY_ENV = "SGLANG_API_KEY"
 
 DFLASH_SINCE = (0, 5, 11)
 GENERIC_WINDOW_SINCE = (0, 5, 12)
-WINDOW_FLAG_OLD = "--speculative-dflash-draft-window-size"
-WINDOW_FLAG_NEW = "--speculative-draft-window-size"
-BLOCK_SIZE_FLAG = "--speculative-num-draft-tokens"
-# DDTree exists only in an upstream pull request / private builds; this is the flag the
-# project's simulator accepts.
-TREE_BUDGET_FLAG = "--speculative-ddtree-tree-budget"
 
 # Flags (with SGLang's own aliases) that the role manages -> the variable to set instead.
 # argparse accepts unambiguous abbreviations, so a prefix of these collides too.
@@ -495,7 +481,7 @@ def config_file(settings):
 
 def secret_files(settings):
     """The unit's files that hold secrets (sglang_unit_files' secret_files): the SGLang config file
-    with the API key, or none. The role's __sglang_secret_files is the same list (a unit test pins it)."""
+    with the API key, or none."""
     meta = config_file(settings)
     return [dict(meta, content=config_file_text(settings))] if meta else []
 
@@ -567,8 +553,8 @@ def intended_server_info(settings, version):
     algorithm = norm["algorithm"]
     info["speculative_algorithm"] = None if algorithm == "none" else algorithm
     if algorithm != "none":
-        window_key = window_flag(version)[2:].replace("-", "_") if norm["sglang_speculative_draft_window_size"] \
-            is not None else None
+        window_key = server_info_key("sglang_speculative_draft_window_size", window_flag(version)) \
+            if norm["sglang_speculative_draft_window_size"] is not None else None
         for key, name in (("speculative_draft_model_path", "draft_model_path"),
                           ("speculative_num_draft_tokens", "sglang_speculative_num_draft_tokens"),
                           (window_key, "sglang_speculative_draft_window_size"),
@@ -612,30 +598,63 @@ def environment(settings):
 
 # ---------------------------------------------------------------------------- systemd text
 
-def _reject_control(text):
-    if _CONTROL.search(text):
-        raise SettingsError(f"{text!r} contains a newline or control character, which a"
-                            " unit file cannot carry")
-
-
-def systemd_quote(arg):
-    """One ExecStart argument: double-quoted, `\\` `\"` escaped, `%`->`%%`, `$`->`$$`."""
-    text = str(arg)
-    _reject_control(text)
-    text = text.replace("\\", "\\\\").replace('"', '\\"')
-    text = text.replace("%", "%%").replace("$", "$$")
-    return f'"{text}"'
-
-
-def systemd_quote_env(name, value):
-    """One `Environment=` assignment, quoted. systemd expands no `$` there, only `%`."""
-    text = f"{name}={value}"
-    _reject_control(text)
-    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-    return f'"{text}"'
-
-
 def render_execstart(settings, version, indent="    "):
     """The value of ExecStart=: one systemd-quoted argument per line, `\\` continued."""
     parts = [systemd_quote(arg) for arg in build_command(settings, version)]
     return (" \\\n" + indent).join(parts)
+
+
+# ---------------------------------------------------------------------------- the role's files
+
+# Every role variable the controller reads to build a host's intent and files: the one list of them
+# (their checks live in roles/sglang/meta/argument_specs.yml, which Ansible applies).
+SETTINGS = ("sglang_unit_name", "sglang_python", "sglang_config_file", "sglang_user", "sglang_group",
+            "sglang_model_path", "sglang_served_model_name", "sglang_tp_size", "sglang_host", "sglang_port",
+            "sglang_api_key", "sglang_extra_args", "sglang_environment", "sglang_speculative_algorithm",
+            "sglang_speculative_draft_model_path", "sglang_speculative_num_draft_tokens",
+            "sglang_speculative_draft_window_size", "sglang_speculative_eagle_topk", "sglang_speculative_num_steps",
+            "sglang_speculative_tree_budget", "sglang_restart", "sglang_restart_sec", "sglang_timeout_start_sec",
+            "sglang_timeout_stop_sec", "sglang_journal_rate_limit_burst", "sglang_journal_rate_limit_interval")
+
+
+def unit_stem(settings):
+    return re.sub(r"\.service$", "", settings.get("sglang_unit_name") or "sglang.service")
+
+
+def unit_paths(settings):
+    """Where the role installs its files: the unit and journald's drop-in raising its rate limit."""
+    return {"unit": "/etc/systemd/system/%s" % (settings.get("sglang_unit_name") or "sglang.service"),
+            "journald": "/etc/systemd/journald.conf.d/50-gpufleet-%s.conf" % unit_stem(settings)}
+
+
+def comment(text):
+    """`text` as a comment block of a unit file (Ansible's `comment` filter, plain style)."""
+    return "#\n%s\n#" % "\n".join("# " + line if line else "#" for line in str(text).splitlines())
+
+
+def render_unit(settings, version, managed="Ansible managed"):
+    """The systemd unit of the server: the one rendering of it (the role, golden files and tests)."""
+    name = settings.get("sglang_served_model_name") or settings.get("sglang_model_path") or ""
+    lines = [comment(managed), "[Unit]", "Description=SGLang server %s" % str(name).replace("%", "%%"),
+             "After=network-online.target", "Wants=network-online.target", "", "[Service]", "Type=simple",
+             "User=%s" % settings.get("sglang_user"), "Group=%s" % settings.get("sglang_group")]
+    for key, value in environment(settings).items():
+        lines.append("Environment=%s" % systemd_quote_env(key, value))
+    lines += ["ExecStart=%s" % render_execstart(settings, version),
+              "TimeoutStartSec=%s" % settings.get("sglang_timeout_start_sec"),
+              "TimeoutStopSec=%s" % settings.get("sglang_timeout_stop_sec"),
+              "KillMode=control-group",
+              "Restart=%s" % settings.get("sglang_restart"),
+              "RestartSec=%s" % settings.get("sglang_restart_sec"),
+              "SyslogIdentifier=%s" % unit_stem(settings), "", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(lines) + "\n"
+
+
+def render_journald(settings, managed="Ansible managed"):
+    """journald's drop-in raising its rate limit: SGLang logs a burst at startup (every TP rank) and its
+    config line must not be suppressed (a unit's own LogRateLimit*= did not take effect inside nspawn)."""
+    return "\n".join([comment(managed),
+                      "# SGLang logs a burst at startup (every TP rank); its config line must not be suppressed.",
+                      "[Journal]",
+                      "RateLimitIntervalSec=%s" % settings.get("sglang_journal_rate_limit_interval"),
+                      "RateLimitBurst=%s" % settings.get("sglang_journal_rate_limit_burst")]) + "\n"

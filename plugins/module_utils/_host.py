@@ -21,7 +21,7 @@ import subprocess
 import time
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _evidence as ev
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import flags_for_key
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import flags_for_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._http import HttpClient
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import (
     InvocationJournal,

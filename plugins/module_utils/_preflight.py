@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import CONFIG_FLAG
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import CONFIG_FLAG
 
 MARKER = "GPUFLEET_PREFLIGHT"
 

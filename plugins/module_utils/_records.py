@@ -3,13 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Records the role keeps about a host: what verified it, what a revert may restore.
 
-Private to this collection: no compatibility promise. Pure functions of module results,
-exposed to the role as filters (plugins/filter/sglang.py).
+Private to this collection: no compatibility promise. Pure functions of module results, used by
+the host path (_hostpath.py) and the rollout's records.
 """
 from __future__ import annotations
 
-# Config-line keys that describe the settings (attention_backend and model describe the build).
-SETTING_KEYS = ("block_size", "draft_window_size", "compact_cache", "tree_budget")
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import SETTING_KEYS
 
 
 def verified_from_drift(drift):

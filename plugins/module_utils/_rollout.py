@@ -29,6 +29,7 @@ import secrets
 import socket
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _files
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import SETTING_KEYS
 from ansible_collections.gpufleet.inference.plugins.module_utils._records import NOT_VERIFIED
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
@@ -286,7 +287,7 @@ def table(records):
         new = (record.get("new_invocation") or "-")[:8]
         ready = record.get("time_to_ready")
         observed = record.get("observed") or {}
-        keys = ("draft_window_size", "block_size", "tree_budget", "compact_cache")
+        keys = SETTING_KEYS
         seen = ", ".join("%s=%s" % (key, observed[key]) for key in keys if key in observed)
         rows.append((record.get("host", "?"), record.get("status", "?"), "%s -> %s" % (old, new),
                      "%.1fs" % ready if isinstance(ready, (int, float)) else "-",

@@ -255,3 +255,34 @@ def journald_storage(text):
         elif section == "Journal" and line.startswith("Storage="):
             storage = line.split("=", 1)[1].strip().lower() or "auto"
     return storage
+
+
+# ------------------------------------------------------------------------------ unit file text
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class QuotingError(ValueError):
+    """A value a unit file cannot carry."""
+
+
+def _reject_control(text):
+    if _CONTROL.search(text):
+        raise QuotingError("%r contains a newline or control character, which a unit file cannot carry" % text)
+
+
+def systemd_quote(arg):
+    """One ExecStart argument: double-quoted, `\\` `\"` escaped, `%`->`%%`, `$`->`$$`."""
+    text = str(arg)
+    _reject_control(text)
+    text = text.replace("\\", "\\\\").replace('"', '\\"')
+    text = text.replace("%", "%%").replace("$", "$$")
+    return '"%s"' % text
+
+
+def systemd_quote_env(name, value):
+    """One `Environment=` assignment, quoted. systemd expands no `$` there, only `%`."""
+    text = "%s=%s" % (name, value)
+    _reject_control(text)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return '"%s"' % text

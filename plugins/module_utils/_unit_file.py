@@ -11,7 +11,7 @@ lines the process's environment (EnvironmentFile= lines go: their values are in 
 
 from __future__ import annotations
 
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import systemd_quote, systemd_quote_env
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import systemd_quote, systemd_quote_env
 
 # Set by systemd (or the kernel) for each invocation; a unit must not pin them.
 PER_INVOCATION = frozenset((

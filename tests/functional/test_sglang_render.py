@@ -1,29 +1,27 @@
-# -*- coding: utf-8 -*-
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Render roles/sglang/templates with the real filter through Ansible (no managed host).
+"""The unit, journald's drop-in and the config file as the role renders them (module_utils/_args.py: one
+pure function each), from the role's defaults and a K2.6 host's settings, checked by `systemd-analyze verify`
+exactly as the role's install step runs it.
 
-Asserts the exact ExecStart, that the API key stays out of the unit (and off the command line:
-it goes to the --config YAML file), and that `systemd-analyze verify` accepts the unit, run
-exactly as the role's `validate:` runs it.
+Asserts the exact ExecStart, that the API key stays out of the unit (and off the command line: it goes to
+the --config YAML file).
 """
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.modules import sglang_unit_files
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "sglang"
 KEY = "k26-api-key.XYZ"
 PYTHON = "/usr/bin/python3"  # an executable that exists, so systemd-analyze verify can pass
+VERSION = "0.5.12"
 
 K26 = {
-    "__sglang_version": "0.5.12",
     "sglang_python": PYTHON,
     "sglang_model_path": "/models/Kimi-K2.6",
     "sglang_served_model_name": "kimi-k2.6",
@@ -71,56 +69,34 @@ ExecStart="/usr/bin/python3" \\
 """
 
 
-def render(tmp_path, settings, check=False):
-    """Render the role's unit, config file and journald drop-in into tmp_path/out with ansible-playbook."""
-    out = tmp_path / "out"
-    out.mkdir(exist_ok=True)
-    (tmp_path / "settings.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
-    tasks = [{"name": "Render " + name,
-              "ansible.builtin.template": {"src": str(ROLE / "templates" / src), "dest": str(out / name),
-                                           "mode": "0600"}}
-             for src, name in (("sglang.service.j2", "sglang.service"),
-                               ("journald-ratelimit.conf.j2", "journald.conf"))]
-    tasks.append({"name": "Render the SGLang config file",
-                  "ansible.builtin.copy": {"content": "{{ __sglang_config_text }}", "dest": str(out / "sglang.yaml"),
-                                           "mode": "0600"}})
-    play = [{
-        "name": "Render the sglang role's templates",
-        "hosts": "localhost",
-        "gather_facts": False,
-        "vars_files": [str(ROLE / "defaults" / "main.yml"), str(ROLE / "vars" / "main.yml"),
-                       str(tmp_path / "settings.yml")],
-        "tasks": tasks,
-    }]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play, sort_keys=False))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
-    env.pop("ANSIBLE_CONFIG", None)  # cwd is tmp_path: no ansible.cfg of the checkout
-    argv = [str(Path(sys.executable).with_name("ansible-playbook")), "-i", "localhost,", "-c", "local",
-            "-e", "ansible_python_interpreter=" + sys.executable, str(tmp_path / "play.yml")]
-    if check:
-        argv += ["--check", "--diff"]
-    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,
-                            check=False)
-    return result, out
+def role_settings(**over):
+    """The role's defaults with a host's settings over them, as Ansible templates them for the role."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    settings = dict((name, defaults[name]) for name in _args.SETTINGS if name in defaults)
+    settings["sglang_config_file"] = "/etc/sglang/sglang.yaml"  # the default's template, rendered
+    settings.update(over)
+    return settings
+
+
+def render(settings, version=VERSION):
+    return {"sglang.service": _args.render_unit(settings, version), "journald.conf": _args.render_journald(settings),
+            "sglang.yaml": _args.config_file_text(settings)}
 
 
 @pytest.fixture(scope="module")
-def k26_render(tmp_path_factory):
-    tmp_path = tmp_path_factory.mktemp("render")
-    result, out = render(tmp_path, K26)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out
+def k26_render():
+    return render(role_settings(**K26))
 
 
 def test_exact_execstart(k26_render):
-    unit = (k26_render / "sglang.service").read_text()
+    unit = k26_render["sglang.service"]
     start = unit.index("ExecStart=")
     end = unit.index("TimeoutStartSec=")
     assert unit[start:end] == EXPECTED_EXECSTART
 
 
 def test_unit_sections(k26_render):
-    unit = (k26_render / "sglang.service").read_text()
+    unit = k26_render["sglang.service"]
     assert unit.startswith("#\n# Ansible managed")
     for line in ("[Unit]", "After=network-online.target", "[Service]", "Type=simple",
                  "User=root", "Group=root", 'Environment="SGLANG_LOG_MS=1"',
@@ -132,13 +108,13 @@ def test_unit_sections(k26_render):
 
 
 def test_api_key_only_in_the_config_file(k26_render):
-    unit = (k26_render / "sglang.service").read_text()
+    unit = k26_render["sglang.service"]
     assert KEY not in unit and "EnvironmentFile" not in unit
-    assert yaml.safe_load((k26_render / "sglang.yaml").read_text()) == {"api-key": KEY}
+    assert yaml.safe_load(k26_render["sglang.yaml"]) == {"api-key": KEY}
 
 
 def test_journald_dropin(k26_render):
-    text = (k26_render / "journald.conf").read_text()
+    text = k26_render["journald.conf"]
     assert "[Journal]\nRateLimitIntervalSec=30s\nRateLimitBurst=100000\n" in text
 
 
@@ -162,50 +138,31 @@ def verify(text, path="/etc/systemd/system/sglang.service"):
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
 def test_systemd_analyze_accepts_the_unit(k26_render):
-    verify((k26_render / "sglang.service").read_text())
+    verify(k26_render["sglang.service"])
 
 
 @pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze not installed")
 def test_systemd_analyze_rejects_a_broken_unit(k26_render):
-    text = (k26_render / "sglang.service").read_text()
+    text = k26_render["sglang.service"]
     with pytest.raises(sglang_unit_files.InstallError, match="/nonexistent/python") as caught:
         verify(text.replace('ExecStart="/usr/bin/python3"', 'ExecStart="/nonexistent/python"'))
     assert "systemd-analyze verify rejected /etc/systemd/system/sglang.service" in str(caught.value)
 
 
-def test_the_role_installs_the_unit_with_verification():
-    tasks = yaml.safe_load((ROLE / "tasks" / "apply.yml").read_text())
-    (task,) = [t for t in tasks if "gpufleet.inference.sglang_unit_files" in t and "secret_files" in
-               t["gpufleet.inference.sglang_unit_files"]]
-    assert task["gpufleet.inference.sglang_unit_files"]["files"][0]["verify_unit"] is True
+def test_invalid_settings_fail_the_render_naming_the_variable():
+    with pytest.raises(_args.SettingsError, match=r"sglang_speculative_draft_window_size \(2048\) must be >= "
+                                                  r"sglang_speculative_num_draft_tokens \(4096\)"):
+        render(dict(role_settings(**K26), sglang_speculative_num_draft_tokens=4096))
 
 
-def test_invalid_settings_fail_the_render_naming_the_variable(tmp_path):
-    result, out = render(tmp_path, dict(K26, sglang_speculative_num_draft_tokens=4096))
-    assert result.returncode != 0
-    assert ("sglang_speculative_draft_window_size (2048) must be >="
-            " sglang_speculative_num_draft_tokens (4096)") in " ".join(result.stdout.split())
-    assert not (out / "sglang.service").exists()
-
-
-def test_old_version_renders_old_flag(tmp_path):
-    result, out = render(tmp_path, dict(K26, __sglang_version="0.5.11"))
-    assert result.returncode == 0, result.stdout
-    unit = (out / "sglang.service").read_text()
+def test_old_version_renders_old_flag():
+    unit = render(role_settings(**K26), "0.5.11")["sglang.service"]
     assert '    "--speculative-dflash-draft-window-size" \\\n    "2048" \\\n' in unit
     assert '"--speculative-draft-window-size"' not in unit
 
 
-def test_api_key_with_quotes_and_dollars_is_yaml_safe(tmp_path):
+def test_api_key_with_quotes_and_dollars_is_yaml_safe():
     key = "a'b\"c$d%e\\f"
-    result, out = render(tmp_path, dict(K26, sglang_api_key=key))
-    assert result.returncode == 0, result.stdout
-    assert yaml.safe_load((out / "sglang.yaml").read_text()) == {"api-key": key}
-    assert key not in result.stdout
-
-
-def test_check_mode_diff_predicts_without_writing(tmp_path):
-    result, out = render(tmp_path, K26, check=True)
-    assert result.returncode == 0, result.stdout
-    assert '+    "--speculative-draft-window-size" \\' in result.stdout
-    assert not (out / "sglang.service").exists()
+    rendered = render(dict(role_settings(**K26), sglang_api_key=key))
+    assert yaml.safe_load(rendered["sglang.yaml"]) == {"api-key": key}
+    assert key not in rendered["sglang.service"]

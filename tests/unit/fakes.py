@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _evidence as ev
-from ansible_collections.gpufleet.inference.plugins.module_utils._args import flags_for_key
+from ansible_collections.gpufleet.inference.plugins.module_utils._flags import flags_for_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._http import HTTP, REFUSED, Response
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import Entry, JournalError
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit, UnitState
@@ -443,8 +443,16 @@ def make_action(action_module, args, check_mode=False, action="gpufleet.inferenc
     task.action = action
     connection = MagicMock()
     connection._shell.tmpdir = "/tmp/remote"
-    return action_module.ActionModule(task, connection, MagicMock(), loader=None, templar=None,
+    return action_module.ActionModule(task, connection, MagicMock(), loader=None, templar=PlainTemplar(),
                                       shared_loader_obj=None)
+
+
+class PlainTemplar(object):
+    """A templar for action plugin tests whose variables are plain values already."""
+
+    @staticmethod
+    def template(value, **kwargs):
+        return value
 
 
 class Display(object):

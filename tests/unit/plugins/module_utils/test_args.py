@@ -7,7 +7,7 @@ import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils._args import (
-    SettingsError, build_args, build_expect, render_execstart, systemd_quote, validate)
+    SettingsError, build_args, build_expect, render_execstart, validate)
 
 KEY = "s3cr3t-KEY.value"
 
@@ -90,7 +90,6 @@ def test_ddtree_flags():
     args = build_args(settings, "0.5.23")
     assert flag_value(args, "--speculative-ddtree-tree-budget") == "64"
     assert flag_value(args, "--speculative-eagle-topk") == "4"
-    assert _args.TREE_BUDGET_FLAG in _args.flags_for_key("tree_budget")
 
 
 def test_eagle_window_is_dflash_only_on_0_5_11():
@@ -110,12 +109,6 @@ def test_empty_version_is_refused():
 def test_digit_strings_from_extra_vars_are_accepted():
     args = build_args(k26(sglang_tp_size="8", sglang_port="30000"), "0.5.12")
     assert flag_value(args, "--tp-size") == "8"
-
-
-def test_expect_key_flags_kept_for_the_wait_module():
-    assert "--speculative-draft-window-size" in _args.flags_for_key("draft_window_size")
-    assert "--speculative-num-draft-tokens" in _args.flags_for_key("block_size")
-    assert _args.flags_for_key("nothing") == ()
 
 
 # ----------------------------------------------------------------------- expectations
@@ -299,37 +292,7 @@ def test_extra_args_unrelated_speculative_flag_is_allowed():
     assert flag_value(args, "--speculative-draft-attention-backend") == "fa3"
 
 
-# ----------------------------------------------------------------------- quoting, api key
-
-@pytest.mark.parametrize("raw, quoted", [
-    ("plain", '"plain"'),
-    ("with space", '"with space"'),
-    ("50%", '"50%%"'),
-    ("%h-%i", '"%%h-%%i"'),
-    ("$HOME", '"$$HOME"'),
-    ("${X}", '"$${X}"'),
-    ('say "hi"', '"say \\"hi\\""'),
-    ("back\\slash", '"back\\\\slash"'),
-    ("trailing\\", '"trailing\\\\"'),
-    ("it's", "\"it's\""),
-    (";", '";"'),
-    ("", '""'),
-    (8, '"8"'),
-    ("ünï", '"ünï"'),
-])
-def test_systemd_quote(raw, quoted):
-    assert systemd_quote(raw) == quoted
-
-
-@pytest.mark.parametrize("raw", ["a\nb", "a\rb", "a\x00b", "a\x1bb", "a\x7fb", "tab\there"])
-def test_systemd_quote_rejects_control_characters(raw):
-    with pytest.raises(SettingsError, match="newline or control character"):
-        systemd_quote(raw)
-
-
-def test_systemd_quote_env_keeps_dollar():
-    assert _args.systemd_quote_env("A", '5$ 10% "x"\\') == '"A=5$ 10%% \\"x\\"\\\\"'
-
+# ----------------------------------------------------------------------- api key
 
 @pytest.mark.parametrize("key", [KEY, 'with space, "quotes", $HOME, %i and \\'])
 def test_api_key_never_in_args_or_execstart_but_a_config_file(key):
@@ -531,3 +494,44 @@ def test_server_endpoints_tls_and_port_text():
     assert _args.server_endpoints("h", 1, None, {"--ssl-certfile": False})["url"] == "http://h:1"
     assert _args.server_endpoints("h", 1, None, {"--enable-metrics": True})["url"] == "http://h:1"
     assert _args.server_endpoints("h", 1, None, ["--ssl-certfile"])["url"] == "http://h:1"  # not a mapping
+
+
+# ----------------------------------------------------------------------- the role's files
+
+ROLE_FILE_SETTINGS = {"sglang_restart": "on-failure", "sglang_restart_sec": 10, "sglang_timeout_start_sec": 900,
+                      "sglang_timeout_stop_sec": 900, "sglang_journal_rate_limit_burst": 100000,
+                      "sglang_journal_rate_limit_interval": "30s", "sglang_user": "sglang", "sglang_group": "sglang"}
+
+
+def test_the_unit_is_rendered_by_one_pure_function():
+    settings = k26(sglang_environment={"SGLANG_LOG_MS": 1, "NOTE": "50% $off", "FLAG": True}, **ROLE_FILE_SETTINGS)
+    text = _args.render_unit(settings, "0.5.23", managed="Ansible managed")
+    lines = text.splitlines()
+    assert lines[:4] == ["#", "# Ansible managed", "#", "[Unit]"]
+    assert 'Environment="SGLANG_LOG_MS=1"' in lines and 'Environment="NOTE=50%% $off"' in lines
+    assert 'Environment="FLAG=1"' in lines
+    assert "ExecStart=" + render_execstart(settings, "0.5.23") in text
+    for line in ("User=sglang", "Group=sglang", "Restart=on-failure", "RestartSec=10", "TimeoutStartSec=900",
+                 "KillMode=control-group", "SyslogIdentifier=sglang", "WantedBy=multi-user.target", "Type=simple"):
+        assert line in lines, line
+    keyed = _args.render_unit(k26(sglang_api_key=KEY, **ROLE_FILE_SETTINGS), "0.5.23")
+    assert text.endswith("\n") and KEY not in keyed
+
+
+def test_a_percent_in_the_model_name_is_escaped_and_bad_environment_names_are_refused():
+    settings = k26(sglang_served_model_name="kimi 100%", **ROLE_FILE_SETTINGS)
+    assert "Description=SGLang server kimi 100%%" in _args.render_unit(settings, "0.5.23")
+    with pytest.raises(SettingsError, match="sglang_environment key 'A-B'"):
+        _args.render_unit(k26(sglang_environment={"A-B": "x"}, **ROLE_FILE_SETTINGS), "0.5.23")
+    with pytest.raises(SettingsError, match=r"sglang_environment\['SGLANG_API_KEY'\]"):
+        _args.render_unit(k26(sglang_environment={"SGLANG_API_KEY": "x"}, **ROLE_FILE_SETTINGS), "0.5.23")
+
+
+def test_journalds_drop_in_and_the_paths_of_the_roles_files():
+    text = _args.render_journald(ROLE_FILE_SETTINGS, managed="Managed by\nthe platform team")
+    assert text.splitlines() == ["#", "# Managed by", "# the platform team", "#",
+                                 "# SGLang logs a burst at startup (every TP rank); its config line must not be "
+                                 "suppressed.", "[Journal]", "RateLimitIntervalSec=30s", "RateLimitBurst=100000"]
+    assert _args.unit_paths({"sglang_unit_name": "llm-a.service"}) == {
+        "unit": "/etc/systemd/system/llm-a.service",
+        "journald": "/etc/systemd/journald.conf.d/50-gpufleet-llm-a.conf"}

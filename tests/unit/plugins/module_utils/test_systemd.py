@@ -206,3 +206,35 @@ def test_journald_storage_takes_the_last_setting_of_the_journal_section():
     assert sd.journald_storage("[Other]\nStorage=none\n") == "auto"
     assert sd.journald_storage("[Journal]\nStorage=Volatile\n") == "volatile"
     assert sd.journald_storage("") is None and sd.journald_storage(None) is None
+
+
+# --------------------------------------------------------------------------- unit file quoting
+
+@pytest.mark.parametrize("raw, quoted", [
+    ("plain", '"plain"'),
+    ("with space", '"with space"'),
+    ("50%", '"50%%"'),
+    ("%h-%i", '"%%h-%%i"'),
+    ("$HOME", '"$$HOME"'),
+    ("${X}", '"$${X}"'),
+    ('say "hi"', '"say \\"hi\\""'),
+    ("back\\slash", '"back\\\\slash"'),
+    ("trailing\\", '"trailing\\\\"'),
+    ("it's", "\"it's\""),
+    (";", '";"'),
+    ("", '""'),
+    (8, '"8"'),
+    ("ünï", '"ünï"'),
+])
+def test_systemd_quote(raw, quoted):
+    assert sd.systemd_quote(raw) == quoted
+
+
+@pytest.mark.parametrize("raw", ["a\nb", "a\rb", "a\x00b", "a\x1bb", "a\x7fb", "tab\there"])
+def test_systemd_quote_rejects_control_characters(raw):
+    with pytest.raises(sd.QuotingError, match="newline or control character"):
+        sd.systemd_quote(raw)
+
+
+def test_systemd_quote_env_keeps_dollar():
+    assert sd.systemd_quote_env("A", '5$ 10% "x"\\') == '"A=5$ 10%% \\"x\\"\\\\"'
