@@ -12,8 +12,8 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
-from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
-from ansible_collections.gpufleet.inference.plugins.modules.sglang_router_worker import ARGUMENT_SPEC, run
+from ansible_collections.gpufleet.inference.plugins.module_utils._argspec import ROUTER_WORKER
+from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError, worker_change
 
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
 _http.preload()
@@ -26,9 +26,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
-        validation, params = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
+        validation, params = self.validate_argument_spec(argument_spec=ROUTER_WORKER)
         try:
-            outcome = run(params, self._task.check_mode)
+            outcome = worker_change(params, self._task.check_mode)
         except RouterError as exc:
             result.update(failed=True, changed=False, msg=str(exc))
             return result

@@ -50,3 +50,18 @@ def merged(*specs, **extra):
         spec.update(part)
     spec.update(extra)
     return spec
+
+
+# sglang_router_worker (the module, and its action that runs on the controller)
+ROUTER_WORKER = dict(
+    router_url=dict(type="str", required=True),
+    worker_url=dict(type="str", required=True),
+    state=dict(type="str", default="present", choices=["present", "absent"]),
+    api_key=dict(type="str", no_log=True),
+    worker_api_key=dict(type="str", no_log=True),
+    drain_timeout=dict(type="int", default=600),
+    wait_healthy=dict(type="bool", default=True),
+    timeout=dict(type="int", default=300),
+    request_timeout=dict(type="float", default=10),
+    validate_certs=dict(type="bool", default=True),
+)

@@ -336,3 +336,27 @@ class WorkerManager(object):
             raise RouterError("%s was removed from the router but still has %s in-flight request(s) after %ss "
                               "(signal %s)" % (self.load.base, seen["last"], drain_timeout, seen["signal"]))
         return {"drained": drained, "drain_seconds": elapsed, "in_flight": seen["last"], "drain_signal": seen["signal"]}
+
+
+# --------------------------------------------------------------------------- one change of a worker
+
+def worker_change(params, check_mode, transport=None, clock=None, sleep=None):
+    """sglang_router_worker's work (params as its arguments): put a worker into the router or take it out
+    and drain it. Returns the result dict or raises RouterError."""
+    transport = transport or open_url_transport(params["validate_certs"])
+    router = RouterClient(params["router_url"], params.get("api_key"), transport, params["request_timeout"])
+    load = None
+    if params["state"] == "absent":
+        load = WorkerLoad(params["worker_url"], params.get("worker_api_key"), transport, params["request_timeout"])
+    manager = WorkerManager(router, load, clock=clock, sleep=sleep)
+    if params["state"] == "present":
+        result = manager.ensure_present(params["worker_url"], params.get("worker_api_key"),
+                                        params["wait_healthy"], params["timeout"], check_mode)
+    else:
+        result = manager.ensure_absent(params["worker_url"], params["drain_timeout"], params["timeout"], check_mode)
+    before = result.pop("before")
+    result["diff"] = {
+        "before": "\n".join(worker_urls(before)) + "\n",
+        "after": "\n".join(worker_urls(result["workers"])) + "\n",
+    }
+    return result

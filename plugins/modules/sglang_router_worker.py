@@ -182,55 +182,17 @@ wait_seconds:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.inference.plugins.module_utils._router import (
-    RouterClient,
-    RouterError,
-    WorkerLoad,
-    WorkerManager,
-    open_url_transport,
-    worker_urls,
-)
+from ansible_collections.gpufleet.inference.plugins.module_utils._argspec import ROUTER_WORKER
+from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError, worker_change
 
 
-def run(params, check_mode, transport=None, clock=None, sleep=None):
-    """The module's work as a plain function: returns the result dict or raises RouterError."""
-    transport = transport or open_url_transport(params["validate_certs"])
-    router = RouterClient(params["router_url"], params.get("api_key"), transport, params["request_timeout"])
-    load = None
-    if params["state"] == "absent":
-        load = WorkerLoad(params["worker_url"], params.get("worker_api_key"), transport, params["request_timeout"])
-    manager = WorkerManager(router, load, clock=clock, sleep=sleep)
-    if params["state"] == "present":
-        result = manager.ensure_present(params["worker_url"], params.get("worker_api_key"),
-                                        params["wait_healthy"], params["timeout"], check_mode)
-    else:
-        result = manager.ensure_absent(params["worker_url"], params["drain_timeout"], params["timeout"], check_mode)
-    before = result.pop("before")
-    result["diff"] = {
-        "before": "\n".join(worker_urls(before)) + "\n",
-        "after": "\n".join(worker_urls(result["workers"])) + "\n",
-    }
-    return result
-
-
-ARGUMENT_SPEC = dict(
-    router_url=dict(type="str", required=True),
-    worker_url=dict(type="str", required=True),
-    state=dict(type="str", default="present", choices=["present", "absent"]),
-    api_key=dict(type="str", no_log=True),
-    worker_api_key=dict(type="str", no_log=True),
-    drain_timeout=dict(type="int", default=600),
-    wait_healthy=dict(type="bool", default=True),
-    timeout=dict(type="int", default=300),
-    request_timeout=dict(type="float", default=10),
-    validate_certs=dict(type="bool", default=True),
-)
+ARGUMENT_SPEC = ROUTER_WORKER
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        result = run(module.params, module.check_mode)
+        result = worker_change(module.params, module.check_mode)
     except RouterError as exc:
         module.fail_json(msg=str(exc))
     if not module._diff:

@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-from ansible_collections.gpufleet.inference.plugins.modules import sglang_router_worker
+from ansible_collections.gpufleet.inference.plugins.module_utils import _router
 
 SIM = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "sglang_sim"))
 
@@ -144,8 +144,8 @@ def test_remove_drains_and_stops_traffic_then_add_back():
 
         # present: added, healthy; again: unchanged
         for url in workers:
-            assert sglang_router_worker.run(params(router_url, url, "present"), False)["changed"] is True
-        again = sglang_router_worker.run(params(router_url, workers[1], "present"), False)
+            assert _router.worker_change(params(router_url, url, "present"), False)["changed"] is True
+        again = _router.worker_change(params(router_url, workers[1], "present"), False)
         assert again["changed"] is False
         assert sorted(w["url"] for w in again["workers"]) == sorted(workers)
         names = ["127.0.0.1:%s" % url.rsplit(":", 1)[1] for url in workers]
@@ -163,7 +163,7 @@ def test_remove_drains_and_stops_traffic_then_add_back():
             for thread in longs:
                 thread.start()
             time.sleep(0.5)
-            removed = sglang_router_worker.run(params(router_url, workers[1], "absent"), False)
+            removed = _router.worker_change(params(router_url, workers[1], "absent"), False)
             removed_at = time.monotonic()
             served_after_drain = requests_served(workers[1])
             time.sleep(1.5)
@@ -183,10 +183,10 @@ def test_remove_drains_and_stops_traffic_then_add_back():
         assert served_later == served_after_drain  # nothing reached the worker after the drain
 
         # absent again: no change
-        assert sglang_router_worker.run(params(router_url, workers[1], "absent"), False)["changed"] is False
+        assert _router.worker_change(params(router_url, workers[1], "absent"), False)["changed"] is False
 
         # add back: traffic reaches it again
-        added = sglang_router_worker.run(params(router_url, workers[1], "present"), False)
+        added = _router.worker_change(params(router_url, workers[1], "present"), False)
         assert added["changed"] is True and all(w["healthy"] for w in added["workers"])
         with Traffic(router_url) as traffic:
             wait_for(lambda: names[1] in [name for dummy, name in traffic.answers], 10, "traffic on the re-added worker")

@@ -62,7 +62,7 @@ def params(**overrides):
 
 
 def test_run_returns_diff_of_worker_urls():
-    result = sglang_router_worker.run(params(), False, transport=fake_transport([W2, W1]), sleep=lambda s: None)
+    result = _router.worker_change(params(), False, transport=fake_transport([W2, W1]), sleep=lambda s: None)
     assert result["changed"] is True and result["drained"] is True
     assert result["diff"] == {"before": "%s\n%s\n" % (W1, W2), "after": "%s\n" % W2}
 
@@ -72,7 +72,6 @@ def test_main_fails_with_the_router_error(module_exits, monkeypatch):
         return http_result(error="[Errno 111] Connection refused")
 
     monkeypatch.setattr(_router, "open_url_transport", lambda validate_certs=True: transport)
-    monkeypatch.setattr(sglang_router_worker, "open_url_transport", lambda validate_certs=True: transport)
     with patch_module_args({"router_url": ROUTER, "worker_url": W1, "state": "absent"}):
         with pytest.raises(Fail) as failed:
             sglang_router_worker.main()
@@ -81,7 +80,7 @@ def test_main_fails_with_the_router_error(module_exits, monkeypatch):
 
 def test_main_check_mode_without_diff(module_exits, monkeypatch):
     transport = fake_transport([W1])
-    monkeypatch.setattr(sglang_router_worker, "open_url_transport", lambda validate_certs=True: transport)
+    monkeypatch.setattr(_router, "open_url_transport", lambda validate_certs=True: transport)
     with patch_module_args({"router_url": ROUTER, "worker_url": W1, "state": "absent", "_ansible_check_mode": True}):
         with pytest.raises(Exit) as done:
             sglang_router_worker.main()
