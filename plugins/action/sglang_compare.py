@@ -3,112 +3,52 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Compare one host with the role's intended SGLang settings, in one task (changes nothing).
 
-Validate the settings, detect the host's SGLang version (gpufleet.inference.sglang_preflight,
-package metadata), build the intent and render the role's unit and journald templates for that
-version, compare the host with them (gpufleet.inference.sglang_drift), and - only when the host
-must change - check the intended arguments with the host's own SGLang (sglang_preflight with
-args). The role's `drift` entry point runs this; its result is the drift result, plus what the
-role keeps for the host's later steps (version, endpoint, intent, rendered files).
-
-Why one action: these were five tasks per host (assert, version, set_fact, drift, preflight), each
-a controller fork and a templating of the role's settings. The modules and their arguments are
-the ones those tasks sent. Documentation: plugins/modules/sglang_compare.py.
+The role's variables (checked already by Ansible against the entry point's argument spec) are read
+by their own names (module_utils/_args.py SETTINGS). Validate what the spec cannot (flag
+collisions, version-dependent flags), detect the host's SGLang version, build the intent and render
+the unit and journald's drop-in (pure functions of module_utils/_args.py), compare the host with
+them (gpufleet.inference.sglang_drift), and - only when the host must change - check the intended
+arguments with the host's own SGLang. The result is the drift check's, plus what the host path
+needs later (``prepared``: version, endpoint, intent, rendered files and their paths, the config
+file's place - never its content). Documentation: plugins/modules/sglang_compare.py.
 """
 from __future__ import annotations
 
-import os
 import shlex
 
-import yaml
+from ansible import constants as C
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-
-# ansible-core 2.19+ (meta/runtime.yml): a file's text is templated only when marked as trusted
-from ansible.template import generate_ansible_template_vars, trust_as_template
-
-try:
-    from yaml import CSafeLoader as SpecLoader
-except ImportError:  # pragma: no cover - PyYAML without libyaml
-    from yaml import SafeLoader as SpecLoader
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
-from ansible_collections.gpufleet.inference.plugins.plugin_utils._builds import collector_paused
-
-# The role's templates call the collection's filters, and Ansible loads every filter file of a collection
-# for one of them. Imported with this plugin, in ansible-playbook's main process (its strategy loads the
-# action's class there): each host's worker inherits them instead of compiling them again (~10 ms each).
-from ansible_collections.gpufleet.inference.plugins.filter import sglang as _sglang_filters  # noqa: F401,E402  pylint: disable=unused-import
-from ansible_collections.gpufleet.inference.plugins.filter import sweep as _sweep_filters  # noqa: F401,E402  pylint: disable=unused-import
 
 DRIFT_MODULE = "gpufleet.inference.sglang_drift"
 PREFLIGHT_MODULE = "gpufleet.inference.sglang_preflight"
+# The role's variables this step reads besides the settings of the unit.
+CHECK_VARIABLES = ("sglang_version", "sglang_router_worker_url", "sglang_receipt_dir", "sglang_last_good_dir",
+                   "sglang_probe_prompt", "sglang_probe_max_new_tokens")
 
 ARGUMENT_SPEC = dict(
-    settings=dict(type="dict", required=True, no_log=False),
-    version=dict(type="str", default=""),
-    address=dict(type="str"),
-    worker_url=dict(type="str", default=""),
-    templates=dict(type="dict", required=True, options=dict(
-        unit=dict(type="str", required=True),
-        journald=dict(type="str", required=True),
-    )),
-    paths=dict(type="dict", required=True, options=dict(
-        unit=dict(type="str", required=True),
-        journald=dict(type="str", required=True),
-    )),
-    secret_files=dict(type="list", elements="dict", no_log=True),
-    receipt_dir=dict(type="str", required=True),
-    last_good_dir=dict(type="str", required=True),
-    prompt=dict(type="str", required=True),
-    max_new_tokens=dict(type="int", required=True),
     preflight=dict(type="bool", default=True),
-    role_argument_spec=dict(type="str"),
 )
-
-# The settings keys the action reads directly (the rest go to the args builder as they are).
-REQUIRED_SETTINGS = ("sglang_unit_name", "sglang_python", "sglang_user", "sglang_group", "sglang_host",
-                     "sglang_port", "sglang_api_key", "sglang_extra_args", "sglang_environment")
-
-
-def render_template(templar, loader, path, name, task_vars, values):
-    """The text of the template at `path` (`name` as the task named it), rendered as the template
-    lookup renders it - its search path, ansible_managed and the template_* variables, an
-    operator's own ansible_managed kept - with `values` over the host's variables. Without the
-    lookup's deep copy of every variable of the host and its templating of the role's settings
-    again, which the task's arguments have already templated: a fifth of the lookup's CPU, per host."""
-    searchpath = [os.path.dirname(path)]
-    for directory in task_vars.get("ansible_search_path") or []:
-        searchpath.extend([os.path.join(directory, "templates"), directory])
-    generated = generate_ansible_template_vars(name, fullpath=path)
-    if "ansible_managed" in task_vars:
-        del generated["ansible_managed"]
-    variables = dict(task_vars)
-    variables.update(generated)
-    variables.update(values)
-    data_templar = templar.copy_with_new_env(available_variables=variables, searchpath=searchpath)
-    return data_templar.template(trust_as_template(loader.get_text_file_contents(path)), escape_backslashes=False)
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def _module(self, name, module_args, task_vars):
-        # The first host's worker builds the module's payload for the run (see collector_paused).
-        with collector_paused():
-            result = self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
+        result = self._execute_module(module_name=name, module_args=module_args, task_vars=task_vars)
         if result.get("unreachable"):
             result["failed"] = True
         return result
 
     def _preflight(self, python, environment, task_vars, args=None, detected=None):
         """sglang_preflight's work and result: the version, or with `args` SGLang's own checks of them.
-        Through a pipelining connection its small scripts run as commands with their input on stdin: no
-        module payload is built in the run or sent per host (~0.2 MB each), and a check does not detect
-        the version again. Without pipelining (pipelining off, a become that needs a tty) the module runs,
-        as it does for a play that calls it."""
+        Through a pipelining connection its small scripts run as commands with their input on stdin (no
+        module is sent, and a check does not detect the version again); without pipelining the module
+        runs, as it does for a play that calls it."""
         if not self._is_pipelining_enabled("new"):
             module_args = dict(python=python, environment=environment)
             if args is not None:
@@ -128,60 +68,37 @@ class ActionModule(ActionBase):
         except AnsibleConnectionFailure as exc:
             return dict(failed=True, unreachable=True, msg=str(exc))
 
-    def _role_argument_errors(self, entry_point, task_vars, settings):
-        """The role's variables checked against one entry point of its argument spec, as the task
-        Ansible puts in front of an entry point would (for a tasks file that is not one: one task
-        instead of two). The spec is plain YAML, parsed with libyaml (2.4 ms here; Ansible's loader 18 ms).
-        A variable that `settings` holds (keys are the role's variable names) is checked with the value
-        this task's arguments templated already; only the others are templated here (each costs ~0.5 ms)."""
-        role = getattr(self._task, "_role", None)
-        if role is None:
-            raise AnsibleActionFail("sglang_compare: role_argument_spec needs the task to be in a role")
-        with open(os.path.join(role._role_path, "meta", "argument_specs.yml")) as handle:
-            specs = yaml.load(handle, Loader=SpecLoader)  # nosec B506 - a safe loader
-        spec = ((specs or {}).get("argument_specs") or {}).get(entry_point)
-        if not isinstance(spec, dict):
-            raise AnsibleActionFail("sglang_compare: the role has no entry point %r in meta/argument_specs.yml"
-                                    % entry_point)
-        options = spec.get("options") or {}
-        provided = self._templar.template(dict((name, task_vars[name]) for name in options
-                                               if name in task_vars and name not in settings))
-        provided.update((name, settings[name]) for name in options if name in settings)
-        validated = ArgumentSpecValidator(options).validate(provided, validate_role_argument_spec=True)
-        return validated.error_messages
+    def _variables(self, task_vars):
+        names = _args.SETTINGS + CHECK_VARIABLES
+        missing = [name for name in names if name not in task_vars]
+        if missing:
+            raise AnsibleActionFail("sglang_compare runs inside the role gpufleet.inference.sglang; undefined: %s"
+                                    % ", ".join(missing))
+        return self._templar.template(dict((name, task_vars[name]) for name in names))
 
-    def _render(self, template, task_vars, values):
-        """One of the role's templates, as ansible.builtin.template's lookup renders it in a task (see
-        render_template), with `values` (the settings this task's arguments already hold, the version)."""
-        return render_template(self._templar, self._loader, self._find_needle("templates", template), template,
-                               task_vars, values)
+    @staticmethod
+    def _managed(task_vars):
+        return str(task_vars.get("ansible_managed") or C.config.get_config_value("DEFAULT_MANAGED_STR"))
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        if args["role_argument_spec"]:
-            errors = self._role_argument_errors(args["role_argument_spec"], task_vars, args["settings"])
-            if errors:
-                result.update(failed=True, step="validate", argument_errors=errors,
-                              msg="%s: the role's variables are not valid (nothing on the host was asked or "
-                                  "changed): %s" % (task_vars.get("inventory_hostname"), "; ".join(errors)))
-                return result
-        settings = args["settings"]
-        missing = [key for key in REQUIRED_SETTINGS if key not in settings]
-        if missing:
-            raise AnsibleActionFail("sglang_compare: settings lack %s" % ", ".join(missing))
+        values = self._variables(task_vars)
+        settings = dict((name, values[name]) for name in _args.SETTINGS)
+        host = task_vars.get("inventory_hostname")
 
-        # 1. The settings alone (version-independent): nothing is asked of the host before they are valid.
+        # 1. What the argument spec cannot check (nothing is asked of the host before they are valid).
         try:
             _args.validate(settings)
         except _args.SettingsError as exc:
-            result.update(failed=True, msg=str(exc), step="validate")
+            result.update(failed=True, msg="%s: %s (nothing on the host was asked or changed)" % (host, exc),
+                          step="validate")
             return result
 
         # 2. The host's SGLang version (package metadata; SGLang is not imported), unless it is given.
-        version = str(args["version"] or "").strip()
+        version = str(values["sglang_version"] or "").strip()
         detected = None
         if not version:
             detected = self._preflight(settings["sglang_python"], settings["sglang_environment"] or {}, task_vars)
@@ -196,43 +113,37 @@ class ActionModule(ActionBase):
             intent = _args.build_intent(settings, version)
             server_info = _args.intended_server_info(settings, version)
             endpoint = _args.server_endpoints(settings["sglang_host"], settings["sglang_port"],
-                                              args.get("address") or task_vars.get("inventory_hostname"),
-                                              settings["sglang_extra_args"])
+                                              task_vars.get("ansible_host") or host, settings["sglang_extra_args"])
+            unit_text = _args.render_unit(settings, version, self._managed(task_vars))
         except (_args.SettingsError, TypeError, ValueError) as exc:
-            result.update(failed=True, msg=str(exc), step="intent", version=version)
+            result.update(failed=True, msg="%s: %s" % (host, exc), step="intent", version=version)
             return result
-        if args["worker_url"]:
-            endpoint["worker_url"] = args["worker_url"]
-        # The settings, templated once for this task's arguments, are what the templates read.
-        values = dict(settings, __sglang_settings=settings, __sglang_version=version)
-        unit_text = self._render(args["templates"]["unit"], task_vars, values)
-        journald_text = self._render(args["templates"]["journald"], task_vars, values)
+        if values["sglang_router_worker_url"]:
+            endpoint["worker_url"] = values["sglang_router_worker_url"]
+        journald_text = _args.render_journald(settings, self._managed(task_vars))
+        paths = _args.unit_paths(settings)
 
-        # 4. The host against the intent (changes nothing). The config file with the API key comes from the
-        # settings unless the task names its secret files (no template and no filter plugin for it per host).
-        api_key = settings.get("sglang_api_key") or None
-        secret_files = args["secret_files"] if args["secret_files"] is not None else _args.secret_files(settings)
+        # 4. The host against the intent (changes nothing).
         drift_args = dict(
-            unit=settings["sglang_unit_name"], url=endpoint["url"], receipt_dir=args["receipt_dir"],
-            last_good_dir=args["last_good_dir"],
+            unit=settings["sglang_unit_name"], url=endpoint["url"], receipt_dir=values["sglang_receipt_dir"],
+            last_good_dir=values["sglang_last_good_dir"],
             accounts={"user": settings["sglang_user"], "group": settings["sglang_group"]},
-            files=[dict(path=args["paths"]["unit"], content=unit_text, mode="0644", owner="root", group="root"),
-                   dict(path=args["paths"]["journald"], content=journald_text, mode="0644", owner="root",
+            files=[dict(path=paths["unit"], content=unit_text, mode="0644", owner="root", group="root"),
+                   dict(path=paths["journald"], content=journald_text, mode="0644", owner="root",
                         group="root", restart_on_change=False)],
-            secret_files=secret_files, expect=intent["expect"], config_line=intent["config_line"],
+            secret_files=_args.secret_files(settings), expect=intent["expect"], config_line=intent["config_line"],
             command=intent["command"], environment=intent["environment"], server_info=server_info,
-            prompt=args["prompt"], max_new_tokens=args["max_new_tokens"])
-        if api_key:
-            drift_args["api_key"] = api_key
+            prompt=values["sglang_probe_prompt"], max_new_tokens=values["sglang_probe_max_new_tokens"])
+        if settings.get("sglang_api_key"):
+            drift_args["api_key"] = settings["sglang_api_key"]
         drift = self._module(DRIFT_MODULE, drift_args, task_vars)
         result.update(drift)
-        # What the host's later steps need besides the secrets (the config file's content is never here).
         config = _args.config_file(settings)
-        prepared = dict(version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
-                        endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text,
-                        paths=dict(args["paths"]), config_file=config,
-                        unit_files=[args["paths"]["unit"]] + ([config["path"]] if config else []))
-        result["prepared"] = prepared
+        result["prepared"] = dict(
+            version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
+            endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text, paths=paths,
+            config_file=config, unit_files=[paths["unit"]] + ([config["path"]] if config else []))
+        result["ansible_facts"] = {"sglang_endpoint": endpoint}
         if drift.get("failed"):
             result["step"] = "drift"
             return result

@@ -16,10 +16,6 @@ def sglang_sweep_combinations(matrix):
         raise AnsibleFilterError(str(exc)) from None
 
 
-def sglang_sweep_best(best_row, combos, keys):
-    return _sweep.best_combination(best_row, combos, keys)
-
-
 def sglang_sweep_restore(mode, best_row, combos, keys, original):
     try:
         return _sweep.restore_values(mode, best_row, combos, keys, original)
@@ -37,7 +33,6 @@ class FilterModule:
     def filters(self):
         return {
             "sglang_sweep_combinations": sglang_sweep_combinations,
-            "sglang_sweep_best": sglang_sweep_best,
             "sglang_sweep_restore": sglang_sweep_restore,
             "sglang_sweep_observed": sglang_sweep_observed,
         }

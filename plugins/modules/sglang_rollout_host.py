@@ -12,7 +12,10 @@ version_added: 0.2.0
 description:
   - Used by the playbook C(gpufleet.inference.rollout) through the role's step C(rollout_host) (role
     C(gpufleet.inference.sglang), after its C(drift) in the prepare phase). An action plugin - it runs on the
-    controller and sends the role's modules to the host, with the arguments the role's own tasks use.
+    controller and sends the role's modules to the host.
+  - The host's steps are the role's own (M(gpufleet.inference.sglang_host) runs the same implementation); this action
+    adds the router and the rollout's records around them. It reads the role's variables (C(sglang_unit_name),
+    C(sglang_api_key), C(sglang_ready_timeout), ...) and the fact C(sglang_drift) of the prepare phase.
   - "In order, each step recorded (M(gpufleet.inference.sglang_rollout) records) before it can leave the host worse:
     record C(draining); leave the router and drain (with O(router.url)); keep what runs now as last-known-good when the
     host has none (M(gpufleet.inference.sglang_last_good)); record C(applying); create missing accounts, install what
@@ -26,8 +29,7 @@ description:
     recorded as such and nothing more is done to the host.
   - Drop-ins that override what the role manages (C(blocking) in the drift result) fail the host before anything
     changes.
-  - Why one task - each Ansible task costs a controller fork, argument templating and about half a second before
-    its module starts on the host; the critical path of a batch holds nothing else.
+  - One task per host, so a batch's critical path holds nothing but its steps.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -73,63 +75,6 @@ options:
         description: Attempts after the first to put the host back, 5 seconds apart.
         type: int
         default: 3
-  drift:
-    description: The host's C(sglang_drift) fact (from the prepare phase).
-    type: dict
-    required: true
-  version:
-    description: The host's SGLang version (kept with the last-known-good copy).
-    type: str
-  unit:
-    description: The unit's name.
-    type: str
-    required: true
-  intent:
-    description: The intent (C(expect), C(config_line), C(command), C(environment)) the new process is verified against.
-    type: dict
-    required: true
-  files:
-    description:
-      - The unit file to install (M(gpufleet.inference.sglang_unit_files)
-        O(gpufleet.inference.sglang_unit_files#module:files)).
-    type: list
-    elements: dict
-    required: true
-  secret_files:
-    description:
-      - Files holding secrets (M(gpufleet.inference.sglang_unit_files)
-        O(gpufleet.inference.sglang_unit_files#module:secret_files)).
-      - When not given, the SGLang config file named by O(drift)'s C(prepared.config_file) (what
-        M(gpufleet.inference.sglang_compare) found, without the content), holding the API key of O(wait)
-        (C(api_key)); none when C(prepared.config_file) is null. Fails before any step when a config file is named
-        but C(wait.api_key) is empty.
-    type: list
-    elements: dict
-  journald:
-    description: journald's drop-in (C(path), C(content)); installed, and journald restarted, when it differs.
-    type: dict
-  accounts:
-    description:
-      - The user and group the unit runs as (C(user), C(group)), created when the drift check found them missing.
-    type: dict
-  last_good:
-    description: Where last-known-good copies are kept (C(directory)) and which files they hold (C(files)).
-    type: dict
-    required: true
-  wait:
-    description:
-      - The options of M(gpufleet.inference.sglang_ready) other than the unit and the intent (C(url), C(api_key),
-        C(timeout), C(min_ready_seconds), C(accept_unverified), C(prompt), C(max_new_tokens), C(journal_grace),
-        C(receipt_dir), C(progress)).
-    type: dict
-    required: true
-  verify:
-    description:
-      - Wait for and verify the new process (the role's C(sglang_verify)).
-      - V(false) restarts without waiting; the record then says V(updated (not verified\)), and the unit does not
-        become last-known-good.
-    type: bool
-    default: true
 seealso:
   - module: gpufleet.inference.sglang_rollout
   - module: gpufleet.inference.sglang_ready
@@ -152,7 +97,7 @@ record:
   description:
     - The host's record after its last step; its C(status) is V(updated), V(recovered), V(unchanged (verified\)),
       V(reverted), V(failed) or V(verified, not rejoined).
-    - With O(verify=false) nothing sees the new process, so the status is V(updated (not verified\)) (the unit
+    - With the role's C(sglang_verify=false) nothing sees the new process, so the status is V(updated (not verified\)) (the unit
       was restarted or started) or V(unchanged (not verified\)), C(new_invocation) is unknown (null) and the unit
       is not kept as last-known-good (C(last_good_note) says so).
     - C(continue_rollout) is true when the status lets the rollout go on (the playbook stops after a batch with a

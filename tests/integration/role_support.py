@@ -17,13 +17,13 @@ RUN_ENV = {"ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_VERBOSITY": "1"}
 
 ROLE = "gpufleet.inference.sglang"
 # The role's tasks whose results the tests read (names as the role spells them).
-RESTART_TASK = "Reload systemd and restart SGLang"  # handler
-WAIT_TASK = "Wait until the new SGLang process runs the intended settings"  # handler, after a restart
-VERIFY_TASK = "Verify the running SGLang process (nothing was restarted)"  # skipped when a receipt verified it
-VERIFIED_TASK = "Keep the verification as the fact sglang_verified"
+INSTALL_TASK = "Install what differs (accounts, journald's rate limit, the unit and its config file)"
+WAIT_TASK = "Wait until the new SGLang process runs the intended settings"  # the restart handler
+# After the handlers: the handler's verification, or a start, or a check of the running process; the fact.
+VERIFY_TASK = VERIFIED_TASK = "Start SGLang when it is not running, else verify the running process"
 DRIFT_TASK = "Compare this host with its intent (settings, SGLang version, unit, process, /server_info, arguments)"
-BLOCKING_TASK = "Stop before changing anything when drop-ins override what the role manages"
-VALIDATE_TASK = DRIFT_TASK  # the settings are validated first, before the host is asked anything
+BLOCKING_TASK = INSTALL_TASK  # drop-ins that override the role stop the install, before it writes anything
+VALIDATE_TASK = DRIFT_TASK  # what a spec cannot check is checked first, before the host is asked anything
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 DROP_IN_DIR = "/etc/systemd/system/sglang.service.d"
 CONFIG_FILE = "/etc/sglang/sglang.yaml"  # SGLang's --config file: holds the API key
@@ -148,9 +148,8 @@ def wait_result(results: Results, host: dict) -> dict:
 
 def replaced_invocation(results: Results, host: dict) -> str | None:
     """The invocation the role's restart replaced: systemd's InvocationID right before its restart
-    handler ran (what the wait is given as after_invocation); None when nothing ran before."""
-    status = results.one(RESTART_TASK, host["name"])["result"].get("status") or {}
-    return status.get("InvocationID") or None
+    handler restarted it (what the wait is given as after_invocation); None when nothing ran before."""
+    return results.one(WAIT_TASK, host["name"])["result"].get("replaced_invocation")
 
 
 def verified_fact(results: Results, host: dict) -> dict:

@@ -76,14 +76,14 @@ INSTALL_WITHOUT_RESTART = """
         name: gpufleet.inference.sglang
         tasks_from: drift
         public: true
-    - name: Install the unit the role renders (its template; no handler, no daemon-reload)
-      ansible.builtin.template:
-        src: ROLE/templates/sglang.service.j2
-        dest: "{{ __sglang_unit_path }}"
+    - name: Install the unit the role renders (no handler, no daemon-reload)
+      ansible.builtin.copy:
+        content: "{{ sglang_drift.prepared.unit_text }}"
+        dest: "{{ sglang_drift.prepared.paths.unit }}"
         owner: root
         group: root
         mode: "0644"
-""".replace("ROLE", str(REPO / "roles" / "sglang"))
+"""
 
 
 class FleetInventory:

@@ -42,17 +42,13 @@ def test_every_entry_point_has_a_spec_and_every_spec_a_task_file():
     specs = set(load("meta/argument_specs.yml")["argument_specs"])
     task_files = {p.stem for p in (ROLE / "tasks").glob("*.yml")}
     assert specs <= task_files, specs - task_files
-    # compare (drift's one task, imported by drift) and rollout_host are run by the rollout
-    # (playbooks/rollout.yml) with tasks_from, not entry points for users: an argument spec would add a
-    # task per host. compare's one action checks the role's variables against `drift`'s spec itself
-    # (role_argument_spec: drift); rollout_host's action checks its arguments, after the prepare phase
-    # checked the role's variables.
-    assert task_files - specs == {"rollout_host", "compare"}, task_files - specs
-    compare = yaml.safe_load((ROLE / "tasks" / "compare.yml").read_text())
-    assert [task["gpufleet.inference.sglang_compare"]["role_argument_spec"] for task in compare] == ["drift"]
+    # rollout_host is the rollout's own step (playbooks/rollout.yml, tasks_from): not an entry point for
+    # users; its action checks its arguments after the prepare phase ran `drift`, whose spec Ansible applied.
+    assert task_files - specs == {"rollout_host"}, task_files - specs
+    # drift is ONE task: Ansible checks the variables against its spec, the action reads them by name
     drift = yaml.safe_load((ROLE / "tasks" / "drift.yml").read_text())
-    assert drift[0]["ansible.builtin.import_tasks"] == "compare.yml" and drift[0]["tags"] == ["always"]
-    assert not any("gpufleet.inference.sglang_compare" in task for task in drift)  # one copy of the call
+    assert len(drift) == 1 and "gpufleet.inference.sglang_compare" in drift[0] and drift[0]["tags"] == ["always"]
+    assert not (drift[0]["gpufleet.inference.sglang_compare"] or {})  # no argument list to keep in step
     options = load("meta/argument_specs.yml")["argument_specs"]
     for name in specs:
         assert options[name]["short_description"] and options[name]["options"], name

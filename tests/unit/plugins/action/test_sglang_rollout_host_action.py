@@ -10,8 +10,9 @@ import pytest
 
 from ansible.errors import AnsibleConnectionFailure
 
-from ansible_collections.gpufleet.inference.plugins.action import sglang_ready as ready_mod
 from ansible_collections.gpufleet.inference.plugins.action import sglang_rollout_host as action_mod
+from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _slices as ready_mod
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 
 import fakes
@@ -30,7 +31,6 @@ PASS = {"verdict": "pass", "verified": True, "invocation_id": NEW, "observed": {
 @pytest.fixture
 def shown(monkeypatch):
     fake = fakes.Display()
-    monkeypatch.setattr(action_mod, "display", fake)
     monkeypatch.setattr(ready_mod, "display", fake)
     monkeypatch.setattr(action_mod.time, "sleep", lambda seconds: None)
     return fake
@@ -85,23 +85,33 @@ def start_run(tmp_path):
     return run
 
 
+# The role's variables the host path reads (their defaults, and this lab's values).
+SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_user": "root", "sglang_group": "root",
+            "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10, "sglang_accept_unverified": False,
+            "sglang_probe_prompt": "The capital of France is", "sglang_probe_max_new_tokens": 16,
+            "sglang_journal_grace": 35, "sglang_receipt_dir": "/var/lib/gpufleet-inference/receipts",
+            "sglang_last_good_dir": "/var/lib/lg", "sglang_progress": True, "sglang_verify": True}
+PREPARED = {"version": "0.5.11", "intent": INTENT, "unit_text": "[Service]\n", "journald_text": "[Journal]\n",
+            "paths": {"unit": UNIT_PATH, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},
+            "unit_files": [UNIT_PATH], "config_file": None,
+            "endpoint": {"url": "http://gpu-1:30000", "worker_url": "http://gpu-1:30000"}}
+
+
 def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, listed=False,
-        **extra):
+        settings=None, prepared=None, **extra):
     run = start_run(tmp_path)
-    args = dict(run=run, router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1},
-                drift=the_drift or drift(), version="0.5.11", unit="sglang.service", intent=INTENT,
-                files=[{"path": UNIT_PATH, "content": "[Service]\n", "verify_unit": True}],
-                last_good={"directory": "/var/lib/lg", "files": [UNIT_PATH]},
-                wait={"url": "http://gpu-1:30000", "api_key": "", "timeout": 600, "min_ready_seconds": 10,
-                      "progress": True},
-                accounts={"user": "root", "group": "root"})
+    args = dict(run=run, router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1})
     args.update(extra)
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_rollout_host")
     action._execute_module = host
-    monkeypatch.setattr(action_mod.sglang_router_worker, "run", router)
+    monkeypatch.setattr(action_mod, "worker_change", router)
     # After a failed drain: does the router still list the worker (GET /workers)?
     monkeypatch.setattr(action_mod.ActionModule, "_still_listed", lambda self: listed)
-    result = action.run(task_vars={"inventory_hostname": HOST})
+    the_drift = the_drift or drift()
+    the_drift = dict(the_drift, prepared=dict(PREPARED, **dict(the_drift.get("prepared") or {}, **(prepared or {}))))
+    task_vars = dict(SETTINGS, **(settings or {}))
+    task_vars.update(inventory_hostname=HOST, sglang_drift=the_drift)
+    result = action.run(task_vars=task_vars)
     record = json.loads((tmp_path / "r1" / ("%s.json" % HOST)).read_text())
     return result, record
 
@@ -137,14 +147,14 @@ def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_pat
                 sglang_info=[{"invocation_id": NEW}], sglang_last_good=[restored])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
-    assert result["failed"] is True and result["failed_step"] == action_mod.WAIT
+    assert result["failed"] is True and result["failed_step"] == hp.WAIT
     assert host.names() == ["sglang_unit_files", "sglang_ready", "sglang_info", "sglang_last_good",
                             "systemd_service", "sglang_ready"]
     assert host.calls[3][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
     revert_wait = host.calls[5][1]
     assert revert_wait["after_invocation"] == NEW and revert_wait["expect"] == {"draft_window_size": 1024}
     assert router.calls == ["absent", "present"]  # back only once the reverted process was verified
-    assert record["status"] == "reverted" and record["failed_task"] == action_mod.WAIT
+    assert record["status"] == "reverted" and record["failed_task"] == hp.WAIT
     assert record["in_router"] is True and record["reverted"] is True and "logged 1024" in record["error"]
     assert "sglang_last_good" not in [n for n, a in host.calls if a.get("state") == "saved"]
 
@@ -165,7 +175,7 @@ def test_drop_ins_that_override_the_role_fail_before_anything_changes(tmp_path, 
     result, record = act(tmp_path, host, router, the_drift=drift(blocking=["override.conf sets ExecStart="]),
                          monkeypatch=monkeypatch)
     assert result["failed"] and host.calls == [] and router.calls == []
-    assert result["changed"] is False and record["status"] == "failed" and record["failed_task"] == action_mod.BLOCKING
+    assert result["changed"] is False and record["status"] == "failed" and record["failed_task"] == hp.BLOCKING
     assert "nothing on the host had changed" in record["outcome"] and record["in_router"] is True
 
 
@@ -212,18 +222,20 @@ def test_a_first_change_keeps_what_runs_before_touching_the_unit(tmp_path, shown
 
 
 def test_a_restart_pending_without_file_changes_restarts(tmp_path, shown, monkeypatch):
-    host = Host(systemd_service=[{"changed": True, "status": {"InvocationID": OLD}}], sglang_ready=[PASS])
+    host = Host(sglang_unit_files=[{"changed": True, "restarted": True, "status": {"InvocationID": OLD}}],
+                sglang_ready=[PASS])
     result, record = act(tmp_path, host, Router(), the_drift=drift(changed_files=[], restart_pending=True),
                          monkeypatch=monkeypatch)
-    assert not result.get("failed") and host.names()[:2] == ["systemd_service", "sglang_ready"]
-    assert host.calls[0][1]["state"] == "restarted" and record["status"] == "updated"
+    assert not result.get("failed") and host.names()[:2] == ["sglang_unit_files", "sglang_ready"]
+    assert host.calls[0][1] == {"restart": {"unit": "sglang.service", "force": True}}
+    assert host.calls[1][1]["after_invocation"] == OLD and record["status"] == "updated"
 
 
 def test_missing_accounts_are_created_before_the_unit_is_installed(tmp_path, shown, monkeypatch):
     host = Host(sglang_unit_files=[dict(INSTALLED, status={})], sglang_ready=[PASS])
     result, dummy = act(tmp_path, host, Router(), monkeypatch=monkeypatch,
                         the_drift=drift(missing_accounts=["group sglang", "user sglang"], invocation_id=None),
-                        accounts={"user": "sglang", "group": "sglang"})
+                        settings={"sglang_user": "sglang", "sglang_group": "sglang"})
     assert not result.get("failed")
     assert host.names()[:3] == ["group", "user", "sglang_unit_files"]
     assert host.calls[1][1]["group"] == "sglang" and "after_invocation" not in host.calls[3][1]
@@ -257,7 +269,7 @@ def test_with_verification_off_a_restarted_host_is_recorded_as_updated_not_verif
     unchanged, and its unit must not become last-known-good (a revert would bring it back as good)."""
     host = Host(sglang_unit_files=[INSTALLED])
     router = Router()
-    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, verify=False)
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, settings={"sglang_verify": False})
     assert not result.get("failed") and result["changed"] is True, result
     assert host.names() == ["sglang_unit_files"]  # no wait, no last-known-good saved
     assert record["status"] == "updated (not verified)"
@@ -272,7 +284,7 @@ def test_with_verification_off_a_host_that_needed_no_restart_is_unchanged_not_ve
     host = Host()
     router = Router()
     result, record = act(tmp_path, host, router, the_drift=drift(changed_files=[], in_sync=False), router_url="",
-                         monkeypatch=monkeypatch, verify=False)
+                         monkeypatch=monkeypatch, settings={"sglang_verify": False})
     assert not result.get("failed") and host.calls == []
     assert record["status"] == "unchanged (not verified)" and record["restarted"] is False
     assert record["verified"] is False and record["last_good_saved"] is False
@@ -289,9 +301,9 @@ def test_a_restart_that_fails_after_the_install_is_the_restart_step_and_a_change
                 systemd_service=[{"changed": True}], sglang_ready=[dict(PASS, invocation_id="cccc")])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
-    assert result["failed"] and result["failed_step"] == action_mod.RESTART and result["changed"] is True
+    assert result["failed"] and result["failed_step"] == hp.RESTART and result["changed"] is True
     assert host.names() == ["sglang_unit_files", "sglang_info", "sglang_last_good", "systemd_service", "sglang_ready"]
-    assert record["status"] == "reverted" and record["failed_task"] == action_mod.RESTART
+    assert record["status"] == "reverted" and record["failed_task"] == hp.RESTART
     assert router.calls == ["absent", "present"]
 
 
@@ -311,37 +323,33 @@ CONFIG = {"path": "/etc/sglang/sglang.yaml", "mode": "0640", "owner": "root", "g
 
 
 def test_the_config_file_is_written_from_the_prepared_path_and_the_waits_api_key(tmp_path, shown, monkeypatch):
-    # drift.prepared names the config file (no content); the key comes from wait.api_key.
+    # drift.prepared names the config file (no content); the key comes from sglang_api_key.
     host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])], sglang_ready=[PASS],
                 sglang_last_good=[{"changed": True, "exists": True}])
     the_drift = drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG})
-    wait = {"url": "http://gpu-1:30000", "api_key": 'k"ey\U0001F600', "timeout": 600, "min_ready_seconds": 10}
-    result, record = act(tmp_path, host, Router(), the_drift=the_drift, monkeypatch=monkeypatch, wait=wait)
+    result, record = act(tmp_path, host, Router(), the_drift=the_drift, monkeypatch=monkeypatch,
+                         settings={"sglang_api_key": 'k"ey\U0001F600'})
     assert not result.get("failed"), result
     installed = host.calls[0][1]
     assert installed["secret_files"] == [dict(CONFIG, content='api-key: "k\\"ey\\U0001f600"\n')]
     assert 'k"ey' not in json.dumps(record) and "api-key" not in json.dumps(result)
 
 
-def test_given_secret_files_are_used_as_given_and_none_without_a_prepared_config_file(tmp_path, shown, monkeypatch):
-    given = [dict(CONFIG, content="api-key: \"given\"\n")]
-    host = Host(sglang_unit_files=[dict(INSTALLED, changed_files=[UNIT_PATH, CONFIG["path"]])], sglang_ready=[PASS])
-    the_drift = drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG})
-    act(tmp_path, host, Router(), the_drift=the_drift, monkeypatch=monkeypatch, secret_files=given,
-        wait={"url": "http://gpu-1:30000", "api_key": "other", "timeout": 600})
-    assert host.calls[0][1]["secret_files"] == given
+def test_no_config_file_is_written_without_a_prepared_one(tmp_path, shown, monkeypatch):
     host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS])
-    act(tmp_path / "b", host, Router(), monkeypatch=monkeypatch)  # drift() has no prepared.config_file
+    act(tmp_path, host, Router(), monkeypatch=monkeypatch)  # drift() has no prepared.config_file
     assert host.calls[0][1]["secret_files"] == []
 
 
 def test_a_prepared_config_file_without_an_api_key_fails_before_anything(tmp_path, shown, monkeypatch):
-    from ansible.errors import AnsibleActionFail
     host = Host()
     router = Router()
-    with pytest.raises(AnsibleActionFail, match="names an SGLang config file .* wait.api_key is empty"):
-        act(tmp_path, host, router, the_drift=drift(prepared={"config_file": CONFIG}), monkeypatch=monkeypatch)
+    result, record = act(tmp_path, host, router, the_drift=drift(prepared={"config_file": CONFIG}),
+                         monkeypatch=monkeypatch)
+    assert result["failed"] and "names an SGLang config file" in result["msg"] and "sglang_api_key is empty" in \
+        result["msg"], result
     assert host.calls == [] and router.calls == []
+    assert record["status"] == "failed" and record["in_router"] is True, record
 
 
 def test_the_worker_leaves_and_rejoins_the_router_with_the_servers_own_key(tmp_path, shown, monkeypatch):
@@ -354,8 +362,7 @@ def test_the_worker_leaves_and_rejoins_the_router_with_the_servers_own_key(tmp_p
         params.append(dict(values))
         return {"changed": True, "workers": [], "drain_seconds": 0.1}
     host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
-    wait = {"url": "http://gpu-1:30000", "api_key": "s3rv3r-key", "timeout": 600, "min_ready_seconds": 10}
-    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, wait=wait)
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, settings={"sglang_api_key": "s3rv3r-key"})
     assert not result.get("failed"), result
     assert [(p["state"], p["worker_api_key"]) for p in params] == [("absent", "s3rv3r-key"), ("present", "s3rv3r-key")]
     assert "s3rv3r-key" not in json.dumps(record)
@@ -372,7 +379,7 @@ def rotation(**changes):
     return drift(changed_files=[UNIT_PATH, CONFIG["path"]], prepared={"config_file": CONFIG}, **changes)
 
 
-NEW_KEY_WAIT = {"url": "http://gpu-1:30000", "api_key": "n3w-key", "timeout": 600, "min_ready_seconds": 10}
+NEW_KEY = {"sglang_api_key": "n3w-key"}
 
 
 KEYED_COMMAND = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--config", CONFIG["path"],
@@ -389,7 +396,7 @@ def test_a_revert_during_a_key_rotation_waits_with_the_restored_key_and_stays_ou
                               dict(PASS, invocation_id="cccc", observed={"draft_window_size": 1024})],
                 sglang_info=[{"invocation_id": NEW}], sglang_last_good=[restored])
     router = Router()
-    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, wait=NEW_KEY_WAIT)
+    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, settings=NEW_KEY)
     assert result["failed"] is True
     first_wait, revert_wait = [args for name, args in host.calls if name == "sglang_ready"]
     assert first_wait["api_key"] == "n3w-key" and "api_key_file" not in first_wait
@@ -404,7 +411,7 @@ def test_a_revert_during_a_key_rotation_waits_with_the_restored_key_and_stays_ou
 def test_a_failed_drain_during_a_key_rotation_leaves_the_host_out_of_the_router(tmp_path, shown, monkeypatch):
     router = Router(absent=[{"failed": True, "msg": "still has 2 in-flight request(s) after 300s"}])
     host = Host()
-    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, wait=NEW_KEY_WAIT)
+    result, record = act(tmp_path, host, router, the_drift=rotation(), monkeypatch=monkeypatch, settings=NEW_KEY)
     assert result["failed"] is True and host.calls == []
     assert router.calls == ["absent"], router.calls  # the old process would refuse the new key
     assert record["in_router"] is False and "the host runs the previous API key" in record["outcome"], record
@@ -422,21 +429,21 @@ def failing_then_reverted(command):
                 sglang_last_good=[{"changed": True, "record": {"intent": {"command": command}}}])
 
 
-@pytest.mark.parametrize("case, the_drift, command, wait, file_read, back", [
+@pytest.mark.parametrize("case, the_drift, command, settings, file_read, back", [
     # the reverted unit has no --config: no key, whatever the settings say; a key added by the rollout
     # does no harm to a server without one, so it goes back into the router
-    ("no key before", drift(), ["python3", "-m", "sglang.launch_server"], NEW_KEY_WAIT, None, True),
-    ("key added", rotation(), ["python3", "-m", "sglang.launch_server"], NEW_KEY_WAIT, None, True),
+    ("no key before", drift(), ["python3", "-m", "sglang.launch_server"], NEW_KEY, None, True),
+    ("key added", rotation(), ["python3", "-m", "sglang.launch_server"], NEW_KEY, None, True),
     # the same key (the config file did not change): read from the file, and back into the router
-    ("same key", drift(prepared={"config_file": CONFIG}), KEYED_COMMAND, NEW_KEY_WAIT, CONFIG["path"], True),
+    ("same key", drift(prepared={"config_file": CONFIG}), KEYED_COMMAND, NEW_KEY, CONFIG["path"], True),
     # the key removed: the reverted process has one, the router would call it without: left out
-    ("key removed", drift(), KEYED_COMMAND, dict(NEW_KEY_WAIT, api_key=""), CONFIG["path"], False),
+    ("key removed", drift(), KEYED_COMMAND, {"sglang_api_key": ""}, CONFIG["path"], False),
 ])
 def test_the_reverted_process_is_waited_for_with_the_key_of_its_own_command(
-        tmp_path, shown, monkeypatch, case, the_drift, command, wait, file_read, back):
+        tmp_path, shown, monkeypatch, case, the_drift, command, settings, file_read, back):
     host = failing_then_reverted(command)
     router = Router()
-    result, record = act(tmp_path, host, router, the_drift=the_drift, monkeypatch=monkeypatch, wait=wait)
+    result, record = act(tmp_path, host, router, the_drift=the_drift, monkeypatch=monkeypatch, settings=settings)
     revert_wait = [args for name, args in host.calls if name == "sglang_ready"][1]
     assert revert_wait.get("api_key_file") == file_read and "api_key" not in revert_wait, case
     assert router.calls == (["absent", "present"] if back else ["absent"]), case
@@ -444,18 +451,12 @@ def test_the_reverted_process_is_waited_for_with_the_key_of_its_own_command(
     assert ("previous API key" in record["outcome"]) is (not back), (case, record["outcome"])
 
 
-def test_config_of_reads_the_config_path_of_a_command():
-    assert action_mod.config_of(["p", "--config", "/etc/s.yaml", "--port", "1"]) == "/etc/s.yaml"
-    assert action_mod.config_of(["p", "--config=/etc/t.yaml"]) == "/etc/t.yaml"
-    assert action_mod.config_of(["p", "--config"]) is None and action_mod.config_of(None) is None
-
-
 def test_a_drain_that_fails_before_the_removal_leaves_the_worker_listed_and_says_so(tmp_path, shown, monkeypatch):
     # The load could not be read (e.g. the running process refuses the new key): the router was not
     # touched, so nothing is re-added (with a key the host refuses) and the record says it is in the router.
     router = Router(absent=[{"failed": True, "msg": "reading the load of http://gpu-1:30000: HTTP 401"}])
     result, record = act(tmp_path, Host(), router, the_drift=rotation(), monkeypatch=monkeypatch,
-                         wait=NEW_KEY_WAIT, listed=True)
+                         settings=NEW_KEY, listed=True)
     assert result["failed"] and router.calls == ["absent"], router.calls
     assert record["in_router"] is True and "OUT of the router" not in record["outcome"], record
 

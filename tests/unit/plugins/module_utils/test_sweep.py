@@ -32,10 +32,10 @@ def test_best_row_maps_back_to_its_combination():
     combos = _sweep.combinations(MATRIX)
     keys = list(MATRIX)
     best = {"sglang_speculative_draft_window_size": "", "sglang_speculative_num_draft_tokens": "16"}
-    assert FILTERS["sglang_sweep_best"](best, combos, keys) == combos[1]
-    assert FILTERS["sglang_sweep_best"]({"sglang_speculative_draft_window_size": "512",
-                                         "sglang_speculative_num_draft_tokens": "16"}, combos, keys) is None
-    assert FILTERS["sglang_sweep_best"](None, combos, keys) is None
+    assert _sweep.best_combination(best, combos, keys) == combos[1]
+    assert _sweep.best_combination({"sglang_speculative_draft_window_size": "512",
+                                    "sglang_speculative_num_draft_tokens": "16"}, combos, keys) is None
+    assert _sweep.best_combination(None, combos, keys) is None
 
 
 def test_restore_is_the_best_combination_or_the_original_values():

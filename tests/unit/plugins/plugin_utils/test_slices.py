@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The sglang_ready action plugin: slices, progress lines, and a wait that survives SSH drops.
+"""The sliced wait (plugin_utils/_slices.py), through the sglang_ready action plugin: slices, progress
+lines, and a wait that survives SSH drops.
 
 The module is stubbed (``_execute_module``) and the plugin's clock is fake: nothing sleeps."""
 import copy
@@ -10,6 +11,7 @@ import pytest
 from ansible.errors import AnsibleConnectionFailure
 
 from ansible_collections.gpufleet.inference.plugins.action import sglang_ready as action_mod
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _slices as slices
 
 import fakes
 from fakes import NEW, OLD
@@ -35,14 +37,14 @@ class FakeTime(object):
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeTime()
-    monkeypatch.setattr(action_mod, "time", fake)
+    monkeypatch.setattr(slices, "time", fake)
     return fake
 
 
 @pytest.fixture
 def shown(monkeypatch):
     fake = fakes.Display()
-    monkeypatch.setattr(action_mod, "display", fake)
+    monkeypatch.setattr(slices, "display", fake)
     return fake
 
 
@@ -110,7 +112,7 @@ PASS = {"changed": True, "verdict": "pass", "invocation_id": NEW, "verified": Tr
      "MODULE FAILURE"),
 ])
 def test_connection_lost(result, reason):
-    assert action_mod.connection_lost(result) == reason
+    assert slices.connection_lost(result) == reason
 
 
 @pytest.mark.parametrize("result", [
@@ -130,13 +132,13 @@ def test_connection_lost(result, reason):
     {},
 ])
 def test_not_a_lost_connection(result):
-    assert action_mod.connection_lost(result) is None
+    assert slices.connection_lost(result) is None
 
 
 # --------------------------------------------------------------------------- Progress
 
 def test_progress_prints_every_phase_change_at_once():
-    progress = action_mod.Progress(HOST, interval=5, heartbeat=30)
+    progress = slices.Progress(HOST, interval=5, heartbeat=30)
     lines = progress.lines([event(1.0, "new_invocation", "new invocation x"), event(2.0, "loading_weights", "w"),
                             event(3.0, "kv_cache", "KV cache allocated")], now=0.0)
     assert lines == ["sglang_ready | gpu-1: [   1.0s] new invocation x", "sglang_ready | gpu-1: [   2.0s] w",
@@ -144,7 +146,7 @@ def test_progress_prints_every_phase_change_at_once():
 
 
 def test_progress_same_phase_at_most_once_per_interval_and_the_newest():
-    progress = action_mod.Progress(HOST, interval=5, heartbeat=30)
+    progress = slices.Progress(HOST, interval=5, heartbeat=30)
     assert progress.lines([event(1.0, "loading_weights", "shard 1/16")], now=0.0) == ["sglang_ready | gpu-1: [   1.0s] shard 1/16"]
     assert progress.lines([event(2.0, "loading_weights", "shard 2/16"),
                            event(3.0, "loading_weights", "shard 3/16")], now=2.0) == []  # held
@@ -161,7 +163,7 @@ def test_progress_same_phase_at_most_once_per_interval_and_the_newest():
 
 
 def test_progress_heartbeat_when_nothing_moves():
-    progress = action_mod.Progress(HOST, interval=5, heartbeat=30)
+    progress = slices.Progress(HOST, interval=5, heartbeat=30)
     progress.lines([event(1.0, "cuda_graph", "capturing CUDA graphs")], now=0.0)
     assert progress.lines([], now=29.0, phase_text="capturing CUDA graphs", elapsed=29.0) == []
     assert progress.lines([], now=30.0, phase_text="capturing CUDA graphs", elapsed=30.5) == [
@@ -173,7 +175,7 @@ def test_progress_heartbeat_when_nothing_moves():
 
 
 def test_progress_line_without_text_names_the_phase():
-    progress = action_mod.Progress(HOST)
+    progress = slices.Progress(HOST)
     assert progress.lines([{"phase": "port_open"}], now=0.0) == ["sglang_ready | gpu-1: [   0.0s] port_open"]
 
 
@@ -233,9 +235,9 @@ def test_a_failed_verdict_is_returned_as_it_is(clock, shown):
 
 def test_the_last_line_is_short_and_names_the_verdict():
     long = {"verdict": "pass", "msg": "x" * 300 + "\nsecond line"}
-    line = action_mod.final_line("gpu-1", long, 12.25)
+    line = slices.final_line("gpu-1", long, 12.25)
     assert line == "sglang_ready | gpu-1: [  12.2s] pass: " + "x" * 197 + "..."
-    assert action_mod.final_line("gpu-1", {"failed": True}, 1) == "sglang_ready | gpu-1: [   1.0s] failed"
+    assert slices.final_line("gpu-1", {"failed": True}, 1) == "sglang_ready | gpu-1: [   1.0s] failed"
 
 
 def test_a_module_crash_is_not_retried(clock, shown):
@@ -259,7 +261,7 @@ def test_a_slice_lost_to_the_connection_is_run_again_from_the_same_state(clock, 
     assert retried_call["resume"]["cursor"] == lost_call["resume"]["cursor"] == "c17"
     assert module.calls[3]["args"]["resume"]["cursor"] == "c40"
     assert action._connection.reset.call_count == 1
-    assert clock.sleeps == [action_mod.RETRY_PAUSE_SECONDS]
+    assert clock.sleeps == [slices.RETRY_PAUSE_SECONDS]
     assert result["notes"] == ["the connection broke 1 time(s) during the wait (Failed to connect to the host via ssh: "
                                "Connection timed out); each lost slice was run again from its state"]
     assert any("connection lost (Failed to connect to the host via ssh" in line for line in shown.lines)
@@ -301,8 +303,8 @@ def test_a_connection_that_stays_lost_fails_naming_what_is_known(clock, shown):
     assert [item["phase"] for item in result["events"]] == ["new_invocation"]
     # it gave up once the retry budget was spent, not before and not much after
     lost_for = clock.now - 1000.0 - 3.0
-    assert 20 <= lost_for <= 20 + 3.0 + action_mod.RETRY_PAUSE_SECONDS + 3.0
-    assert all(pause == action_mod.RETRY_PAUSE_SECONDS for pause in clock.sleeps)
+    assert 20 <= lost_for <= 20 + 3.0 + slices.RETRY_PAUSE_SECONDS + 3.0
+    assert all(pause == slices.RETRY_PAUSE_SECONDS for pause in clock.sleeps)
 
 
 def test_lost_before_the_first_answer(clock, shown):
@@ -318,7 +320,7 @@ def test_the_task_timeout_bounds_the_retries(clock, shown):
     module = Module(clock, [waiting(S2), AnsibleConnectionFailure("Connection timed out")], slice_seconds=10.0)
     result = run(make_action({"timeout": 30, "connection_retry_seconds": 600}), module)
     assert result["verdict"] == "connection_lost"
-    assert clock.now - 1000.0 < 30 + 10 + action_mod.RETRY_PAUSE_SECONDS + 10
+    assert clock.now - 1000.0 < 30 + 10 + slices.RETRY_PAUSE_SECONDS + 10
 
 
 def test_no_progress_lines_when_switched_off_or_in_check_mode(clock, shown):

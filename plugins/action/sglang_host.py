@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's steps on its host, through the one host path (module_utils/_hostpath.py).
+
+Reads the role's variables by their own names and the drift check's result (fact ``sglang_drift``,
+with ``sglang_drift.prepared``); runs the same modules, with the same arguments, as the rollout's
+per-host task. Documentation: plugins/modules/sglang_host.py.
+"""
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.parsing.convert_bool import boolean
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
+from ansible_collections.gpufleet.inference.plugins.module_utils import _records
+from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner
+
+STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _settings(self, task_vars):
+        missing = [name for name in hp.SETTINGS if name not in task_vars]
+        if missing:
+            raise AnsibleActionFail("sglang_host runs inside the role gpufleet.inference.sglang; %s undefined"
+                                    % ", ".join(missing))
+        return self._templar.template(dict((name, task_vars[name]) for name in hp.SETTINGS))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        del tmp
+        task_vars = task_vars or {}
+        state = self._task.args.get("state")
+        if state not in STATES:
+            raise AnsibleActionFail("state must be one of %s, got %r" % (", ".join(STATES), state))
+        settings = self._settings(task_vars)
+        drift = self._templar.template(task_vars.get("sglang_drift") or {})
+        if not drift.get("prepared"):
+            raise AnsibleActionFail("sglang_host needs the fact sglang_drift of the role's drift entry point")
+        host = task_vars.get("inventory_hostname", "?")
+        runner = ActionRunner(self, task_vars, host, boolean(settings.get("sglang_progress", True), strict=False))
+        path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host)
+        if self._task.check_mode and state not in ("verified",):
+            result.update(changed=bool(drift.get("changed_files")) or path.restart_pending(), skipped=True,
+                          msg="check mode: %s changes nothing on the host" % state)
+            return result
+        try:
+            result.update(getattr(self, "_" + state)(path, task_vars))
+        except hp.StepFailed as failed:
+            result.update(dict(failed.result), failed=True, failed_step=failed.step,
+                          msg="%s: %s: %s" % (host, failed.step, failed.result.get("msg")))
+        result["changed"] = path.changed or result.get("changed", False)
+        return result
+
+    # ------------------------------------------------------------------ states
+
+    @staticmethod
+    def _installed(path, task_vars):
+        """What differs, installed; changed (and the handler notified) when a restart is due."""
+        if path.drift.get("changed_files") or path.restart_pending():
+            path.adopt_last_good()
+        installed = path.install(restart=False)
+        reasons = installed["changed_files"] and ["the unit or its config file changed"] or \
+            (path.restart_reasons() if installed["restart_due"] else [])
+        return dict(installed, changed=installed["restart_due"] or bool(installed["changed_files"]),
+                    restart_reasons=reasons, msg="; ".join(reasons) or "nothing to install")
+
+    def _restarted(self, path, task_vars):
+        """The handler: restart, wait for the new process, keep it as last-known-good once verified."""
+        started = path.restart()
+        return dict(self._keep(path, path.verified(started)),
+                    replaced_invocation=(started.get("status") or {}).get("InvocationID") or None)
+
+    def _verified(self, path, task_vars):
+        """After the handlers: start a unit that is not running, or verify the running process."""
+        done = task_vars.get("sglang_verified") or {}
+        if done.get("verdict"):  # the restart handler verified this run's change
+            done = self._templar.template(done)
+            return dict(done, changed=False, ansible_facts={"sglang_verified": done})
+        if self._task.check_mode:
+            verified = _records.verification([{}, {}, dict(path.drift, host=path.host)])
+            return dict(verified, changed=False, skipped=True, msg="check mode: nothing is started or verified")
+        started = path.start() if path.not_running() else None
+        verified = path.verified(started)
+        if started is not None:
+            return self._keep(path, verified)
+        return dict(verified, ansible_facts={"sglang_verified": verified})
+
+    def _keep(self, path, verified):
+        """The verification as the result (sglang_ready's keys), and the unit kept as last-known-good."""
+        saved, error = (None, None)
+        if boolean(self._task.args.get("keep_last_good", True), strict=False):
+            saved, error = path.save_last_good(verified)
+        out = dict(verified, ansible_facts={"sglang_verified": verified}, last_good_saved=bool(saved and saved.get(
+            "exists")))
+        if error:
+            out["last_good_error"] = error
+        return out
+
+    @staticmethod
+    def _adopted(path, task_vars):
+        adopted = path.adopt_last_good()
+        return {"last_good": adopted or {}, "msg": "kept what runs as last-known-good" if adopted
+                else "a last-known-good copy exists already (or nothing runs)"}
+
+    @staticmethod
+    def _last_good_saved(path, task_vars):
+        verified = task_vars.get("sglang_verified") or {}
+        if verified.get("verdict") != "pass":
+            return {"failed": True, "msg": "%s: the unit is not kept as last-known-good: its process was not verified "
+                    "(%s). The last-known-good unit is still the one from before." % (
+                        path.host, verified.get("msg") or "no fact sglang_verified: run the entry point apply first")}
+        saved, error = path.save_last_good(verified)
+        if error:
+            return {"failed": True, "msg": error}
+        return {"last_good": saved, "msg": "kept as last-known-good"}
+
+    @staticmethod
+    def _reverted(path, task_vars):
+        outcome = path.revert()
+        return {"revert": outcome, "ansible_facts": {"sglang_revert": outcome}, "msg": outcome.get("msg")}

@@ -1,0 +1,144 @@
+# -*- coding: utf-8 -*-
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The role's steps through its action (the host path with Ansible's module execution): what each state
+runs, what it returns, and which facts it sets. The host's modules are scripted."""
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.gpufleet.inference.plugins.action import sglang_host as action_mod
+from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _slices
+
+import fakes
+from fakes import NEW, OLD
+
+UNIT = "/etc/systemd/system/sglang.service"
+SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_user": "root", "sglang_group": "root",
+            "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10, "sglang_accept_unverified": False,
+            "sglang_probe_prompt": "p", "sglang_probe_max_new_tokens": 8, "sglang_journal_grace": 35,
+            "sglang_receipt_dir": "/r", "sglang_last_good_dir": "/lg", "sglang_progress": False,
+            "sglang_verify": True}
+PREPARED = {"version": "0.5.23", "intent": {"expect": {"draft_window_size": 2048}, "config_line": "required"},
+            "unit_text": "[Unit]\n", "journald_text": "[Journal]\n",
+            "paths": {"unit": UNIT, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},
+            "unit_files": [UNIT], "config_file": None,
+            "endpoint": {"url": "http://127.0.0.1:30000", "worker_url": "http://gpu-1:30000"}}
+PASS = {"verdict": "pass", "verified": True, "invocation_id": NEW, "observed": {"draft_window_size": 2048},
+        "source": "journal", "msg": "serving"}
+
+
+class Host(object):
+    def __init__(self, **answers):
+        self.answers = dict((name, list(items)) for name, items in answers.items())
+        self.calls = []
+
+    def __call__(self, module_name, module_args, task_vars):
+        short = module_name.rsplit(".", 1)[-1]
+        self.calls.append((short, dict(module_args)))
+        queue = self.answers.get(short) or [{"changed": False}]
+        return dict(queue.pop(0) if len(queue) > 1 else queue[0])
+
+    def names(self):
+        return [name for name, dummy in self.calls]
+
+
+def drift(**changes):
+    base = {"verdict": "drifted", "in_sync": False, "invocation_id": OLD, "active_state": "active", "enabled": True,
+            "restart_pending": False, "changed_files": [UNIT], "missing_accounts": [], "blocking": [],
+            "last_good": {"exists": True}, "receipt": None, "prepared": PREPARED}
+    base.update(changes)
+    return base
+
+
+def act(host, state, the_drift=None, check_mode=False, **task_vars):
+    action = fakes.make_action(action_mod, {"state": state}, check_mode=check_mode,
+                               action="gpufleet.inference.sglang_host")
+    action._execute_module = host
+    variables = dict(SETTINGS, inventory_hostname="gpu-1", sglang_drift=the_drift or drift())
+    variables.update(task_vars)
+    return action.run(task_vars=variables)
+
+
+def test_installed_is_changed_when_a_restart_is_due_and_restarts_nothing():
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT], "restarted": False}])
+    result = act(host, "installed")
+    assert result["changed"] is True and result["restart_due"] is True and result["changed_files"] == [UNIT]
+    assert host.names() == ["sglang_unit_files"] and "restart" not in host.calls[0][1]
+    # nothing differs and the process runs the installed unit: not changed, the handler is not notified
+    host = Host()
+    result = act(host, "installed", drift(changed_files=[]))
+    assert result["changed"] is False and host.calls == [] and result["msg"] == "nothing to install"
+
+
+def test_installed_keeps_what_runs_before_the_first_change_and_a_pending_restart_is_due():
+    host = Host(sglang_last_good=[{"changed": True, "exists": True}])
+    result = act(host, "installed", drift(changed_files=[], restart_pending=True, last_good={"exists": False},
+                                          restart_reasons=["the process does not run the installed unit"]))
+    assert host.names() == ["sglang_last_good"] and host.calls[0][1]["from_process"] is True
+    assert result["changed"] is True and result["restart_due"] is True
+    assert result["msg"] == "the process does not run the installed unit"
+
+
+def test_restarted_is_the_handler_restart_wait_and_keep(monkeypatch):
+    waits = []
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda execute, reset, args, host, check_mode=False:
+                        waits.append(args) or dict(PASS))
+    host = Host(sglang_unit_files=[{"changed": True, "restarted": True, "status": {"InvocationID": OLD}}],
+                sglang_last_good=[{"changed": True, "exists": True}])
+    result = act(host, "restarted")
+    assert host.names() == ["sglang_unit_files", "sglang_last_good"]
+    assert host.calls[0][1] == {"restart": {"unit": "sglang.service", "force": True}}
+    assert waits[0]["after_invocation"] == OLD and waits[0]["unit"] == "sglang.service"
+    assert result["verdict"] == "pass" and result["last_good_saved"] is True and result["changed"] is True
+    assert result["ansible_facts"]["sglang_verified"]["invocation_id"] == NEW
+
+
+def test_a_failed_wait_fails_the_handler_with_the_waits_verdict_and_keeps_nothing(monkeypatch):
+    failing = {"failed": True, "verdict": "mismatch", "msg": "logged 1024"}
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(failing))
+    host = Host(sglang_unit_files=[{"changed": True, "restarted": True, "status": {}}])
+    result = act(host, "restarted")
+    assert result["failed"] and result["verdict"] == "mismatch" and result["failed_step"] == hp.WAIT
+    assert "logged 1024" in result["msg"] and host.names() == ["sglang_unit_files"]
+
+
+def test_verified_reuses_the_handlers_verification_else_checks_the_running_process(monkeypatch):
+    host = Host()
+    result = act(host, "verified", sglang_verified=dict(PASS))
+    assert result["verdict"] == "pass" and host.calls == [] and result["changed"] is False
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(PASS, invocation_id=OLD))
+    result = act(Host(), "verified", drift(changed_files=[]), sglang_verified={})
+    assert result["invocation_id"] == OLD and result["ansible_facts"]["sglang_verified"]["invocation_id"] == OLD
+
+
+def test_verified_starts_a_unit_that_is_not_running_and_keeps_it(monkeypatch):
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(PASS))
+    host = Host(systemd_service=[{"changed": True, "status": {}}], sglang_last_good=[{"changed": True, "exists": True}])
+    result = act(host, "verified", drift(changed_files=[], active_state="inactive", invocation_id=None))
+    assert host.names() == ["systemd_service", "sglang_last_good"] and result["last_good_saved"] is True
+
+
+def test_saving_an_unverified_unit_is_refused_and_a_revert_sets_its_fact(monkeypatch):
+    result = act(Host(), "last_good_saved", sglang_verified={"verdict": "not_verified", "msg": "sglang_verify is off"})
+    assert result["failed"] and "not verified (sglang_verify is off)" in result["msg"]
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(PASS, invocation_id="cccc"))
+    host = Host(sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": {}}}],
+                systemd_service=[{"changed": True}])
+    result = act(host, "reverted")
+    assert result["revert"]["healthy"] and result["ansible_facts"]["sglang_revert"]["invocation_id"] == "cccc"
+
+
+def test_outside_the_role_or_without_its_drift_check_it_refuses():
+    action = fakes.make_action(action_mod, {"state": "installed"}, action="gpufleet.inference.sglang_host")
+    with pytest.raises(AnsibleActionFail, match="inside the role"):
+        action.run(task_vars={"inventory_hostname": "gpu-1"})
+    with pytest.raises(AnsibleActionFail, match="sglang_drift"):
+        action.run(task_vars=dict(SETTINGS, inventory_hostname="gpu-1"))
+    with pytest.raises(AnsibleActionFail, match="state must be one of"):
+        fakes.make_action(action_mod, {"state": "bogus"}).run(task_vars={})
+
+
+def test_check_mode_changes_nothing_and_says_what_would():
+    host = Host()
+    result = act(host, "installed", check_mode=True)
+    assert result["skipped"] and result["changed"] is True and host.calls == []
