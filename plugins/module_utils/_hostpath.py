@@ -215,8 +215,11 @@ class HostPath(object):
         return not self.drift.get("enabled") or self.drift.get("active_state") != "active"
 
     def wait_for_new(self, started):
-        """The NEW process after a restart or start: its InvocationID differs from the one it replaced."""
-        previous = ((started or {}).get("status") or {}).get("InvocationID") or self.drift.get("invocation_id")
+        """The NEW process after a restart or start: its InvocationID differs from the one it replaced - the
+        restart's own reading before it restarted (sglang_unit_files), else the drift check's (a start:
+        systemd_service reports the unit as it found it or left it, which may be the new invocation)."""
+        before = (started or {}).get("status") if (started or {}).get("restarted") else None
+        previous = (before or {}).get("InvocationID") or self.drift.get("invocation_id")
         return self._wait(WAIT, wait_args(self.settings, self.url, self.prepared.get("intent") or {}, after=previous,
                                           api_key=self.settings.get("sglang_api_key")))
 

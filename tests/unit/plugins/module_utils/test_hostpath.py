@@ -122,6 +122,10 @@ def test_a_unit_that_is_not_running_is_started_and_waited_for():
     assert host.names() == ["systemd_service", "sglang_ready"]
     assert host.calls[0][1] == {"name": "sglang.service", "enabled": True, "state": "started"}
     assert "after_invocation" not in host.calls[1][1]
+    # systemd_service may report the invocation it started: the wait is past the one the drift check saw
+    host = Host(waits=[PASS], systemd_service=[{"changed": True, "status": {"InvocationID": NEW}}])
+    path(host, drift(changed_files=[], active_state="failed", invocation_id=OLD)).apply()
+    assert host.calls[1][1]["after_invocation"] == OLD
 
 
 def test_with_verification_off_nothing_is_waited_for_and_nothing_is_kept():
