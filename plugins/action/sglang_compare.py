@@ -22,13 +22,14 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
+from ansible_collections.gpufleet.inference.plugins.module_utils._fleet import intent_digest
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
 
 DRIFT_MODULE = "gpufleet.inference.sglang_drift"
 PREFLIGHT_MODULE = "gpufleet.inference.sglang_preflight"
 # The role's variables this step reads besides the settings of the unit.
 CHECK_VARIABLES = ("sglang_version", "sglang_router_worker_url", "sglang_receipt_dir", "sglang_last_good_dir",
-                   "sglang_probe_prompt", "sglang_probe_max_new_tokens")
+                   "sglang_fleet_dir", "sglang_probe_prompt", "sglang_probe_max_new_tokens")
 
 ARGUMENT_SPEC = dict(
     preflight=dict(type="bool", default=True),
@@ -126,7 +127,7 @@ class ActionModule(ActionBase):
         # 4. The host against the intent (changes nothing).
         drift_args = dict(
             unit=settings["sglang_unit_name"], url=endpoint["url"], receipt_dir=values["sglang_receipt_dir"],
-            last_good_dir=values["sglang_last_good_dir"],
+            last_good_dir=values["sglang_last_good_dir"], fleet_dir=values["sglang_fleet_dir"],
             accounts={"user": settings["sglang_user"], "group": settings["sglang_group"]},
             files=[dict(path=paths["unit"], content=unit_text, mode="0644", owner="root", group="root"),
                    dict(path=paths["journald"], content=journald_text, mode="0644", owner="root",
@@ -139,10 +140,12 @@ class ActionModule(ActionBase):
         drift = self._module(DRIFT_MODULE, drift_args, task_vars)
         result.update(drift)
         config = _args.config_file(settings)
-        result["prepared"] = dict(
+        prepared = dict(
             version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
             endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text, paths=paths,
             config_file=config, unit_files=[paths["unit"]] + ([config["path"]] if config else []))
+        prepared["digest"] = intent_digest(prepared)
+        result["prepared"] = prepared
         result["ansible_facts"] = {"sglang_endpoint": endpoint}
         if drift.get("failed"):
             result["step"] = "drift"

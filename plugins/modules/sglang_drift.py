@@ -86,13 +86,19 @@ options:
         type: str
   server_info:
     description:
-      - The intended C(/server_info) keys and values (filter P(gpufleet.inference.sglang_server_info#filter)).
-        Omit to skip the comparison.
+      - The intended C(/server_info) keys and values (as M(gpufleet.inference.sglang_compare) builds them). Omit to
+        skip the comparison.
     type: dict
   last_good_dir:
     description: Where M(gpufleet.inference.sglang_last_good) keeps copies; RV(last_good) says whether one exists.
     type: path
     default: /var/lib/gpufleet-inference/last-good
+  fleet_dir:
+    description:
+      - Where M(gpufleet.inference.sglang_lease) keeps the host's lease and record; RV(lease) and RV(record) are read
+        from there (read-only), so a rollout's prepare phase sees who holds the host without another module run.
+    type: path
+    default: /var/lib/gpufleet-inference/fleet
   accounts:
     description:
       - The user and group the unit runs as (C(user), C(group)); RV(missing_accounts) names those that do not exist
@@ -233,6 +239,15 @@ last_good:
   description: Whether a last-known-good copy of the unit exists (C(exists), C(invocation_id), C(saved_at), C(adopted)).
   returned: always
   type: dict
+lease:
+  description: The host's lease (M(gpufleet.inference.sglang_lease)'s RV(gpufleet.inference.sglang_lease#module:lease)),
+    or null.
+  returned: always
+  type: dict
+record:
+  description: The host's record (what the last writer of the collection did to it), or null.
+  returned: always
+  type: dict
 unverified_reason:
   description: Why the settings could not be verified.
   returned: when RV(verdict=unverified)
@@ -241,10 +256,12 @@ unverified_reason:
 
 import grp
 import pwd
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
+from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._drift import DriftCheck
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
@@ -263,6 +280,7 @@ ARGUMENT_SPEC = _argspec.merged(
     secret_files=dict(type="list", elements="dict", default=[], options=SECRET_FILE_SPEC, no_log=False),
     server_info=dict(type="dict"),
     last_good_dir=dict(type="path", default="/var/lib/gpufleet-inference/last-good"),
+    fleet_dir=dict(type="path", default="/var/lib/gpufleet-inference/fleet"),
     accounts=dict(type="dict", default={}),
     probe=dict(type="bool", default=True),
     request_timeout=dict(type="float", default=30),
@@ -293,6 +311,9 @@ def run(module, host=None):
     result = DriftCheck(host, intent, files, params["server_info"], params["probe"], params["request_timeout"],
                         params["last_good_dir"]).run()
     result["missing_accounts"] = missing_accounts(params["accounts"])
+    files_of = _lease.paths(params["fleet_dir"], params["unit"])
+    result["lease"] = _lease.view(_lease.read(files_of["lease"]), time.time())
+    result["record"] = _lease.read(files_of["record"])
     module.exit_json(changed=False, **result)
 
 

@@ -26,7 +26,7 @@ SETTINGS = {
 }
 # The role's other variables the comparison reads (their defaults).
 CHECKS = {"sglang_version": "", "sglang_router_worker_url": "", "sglang_receipt_dir": "/var/lib/r",
-          "sglang_last_good_dir": "/var/lib/l", "sglang_probe_prompt": "The capital of France is",
+          "sglang_last_good_dir": "/var/lib/l", "sglang_fleet_dir": "/var/lib/f", "sglang_probe_prompt": "The capital of France is",
           "sglang_probe_max_new_tokens": 16}
 UNIT = "/etc/systemd/system/sglang.service"
 JOURNALD = "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"
