@@ -1,0 +1,219 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to gpufleet.inference
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A rollout's state as the fleet holds it: which run owns which host, what each host is in the middle of,
+who took it out of the router - and the plan of a run made from that, on any controller.
+
+Private to this collection: no compatibility promise. Controller-side and pure: host facts (each host's
+lease and record, read by its drift check), the router's workers and the run's request in; a plan out.
+
+The rules (README, "Rollouts that never leave a fleet worse off"):
+- a host leased by a live holder of another session is refused, named;
+- a run resumes only the same intent: a dead run left hosts mid-change; a re-run resumes it when its
+  settings digest matches on every such host and covers them all, else it says what differs and
+  refuses (``takeover`` brings those hosts to the new settings instead, named as recovering);
+- a run id is never reopened: one the fleet holds no state of is refused;
+- router membership comes from the router: the worker to drain is the one the router has for the host;
+  a host the collection took out and left out is put back once verified, one taken out by someone else
+  is reported and left out.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+try:  # urllib's parser: stdlib everywhere the controller runs
+    from urllib.parse import urlsplit
+except ImportError:  # pragma: no cover - Python 2
+    from urlparse import urlsplit
+
+# A rollout's record steps (the host's record, kind rollout) while the host is being changed.
+MID_CHANGE_STEPS = ("draining", "applying", "verified")
+# Record statuses that leave nothing for a later run to finish.
+SETTLED_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
+                    "unchanged (not verified)", "reverted")
+
+
+class PlanError(Exception):
+    """The run cannot start: what refuses it, in words."""
+
+
+def intent_digest(prepared):
+    """A short digest of what a host must run (intent and rendered files; never the API key's value)."""
+    prepared = prepared or {}
+    data = json.dumps({"intent": prepared.get("intent"), "unit": prepared.get("unit_text"),
+                       "journald": prepared.get("journald_text"),
+                       "config_file": (prepared.get("config_file") or {}).get("path")}, sort_keys=True, default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()[:16]
+
+
+def url_host(url):
+    """The host part of a worker URL, without brackets (IPv6)."""
+    try:
+        return (urlsplit(str(url)).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def router_url_of(workers, wanted, previous=None, addresses=()):
+    """The worker the router has for a host: its intended URL, else the one the collection put in last,
+    else the only listed worker at one of the host's addresses. None when the router lists none."""
+    listed = [str(worker.get("url") or "").rstrip("/") for worker in workers or []]
+    for url in (wanted, previous):
+        if url and str(url).rstrip("/") in listed:
+            return str(url).rstrip("/")
+    hosts = set(str(address).strip("[]").lower() for address in addresses if address)
+    found = [url for url in listed if url_host(url) in hosts]
+    return found[0] if len(found) == 1 else None
+
+
+def mid_change(record):
+    """A rollout left this host mid-change (drained, changing, or verified but not back)."""
+    record = record or {}
+    if record.get("kind") != "rollout":
+        return False
+    return record.get("step") in MID_CHANGE_STEPS or bool(record.get("connection_lost"))
+
+
+def plan(hosts, facts, request):
+    """The run's plan from what the fleet holds.
+
+    ``facts[host]``: ``lease`` (sglang_lease's view: holder, session, live, text), ``record`` (the host's
+    record), ``in_sync``, ``digest`` (this run's intent digest for the host), ``listed`` (the worker URL the
+    router has for it, None) and ``router`` (a router is used). ``request``: ``run_id`` (this run's new id),
+    ``requested`` (rollout_run_id, or None), ``session``, ``takeover``, ``break_lease``, ``outside``
+    ({host: {record, unreachable}} of the group's hosts this run leaves out).
+
+    Returns {run_id, resumed, resumed_from, notes, takeover_runs (the dead runs whose leases this run takes
+    over), hosts: {host: {action, reason, drain_url, drained_by, digest}}}
+    where action is ``apply`` (change it), ``recover`` (bring it back and into the router), ``keep`` (in
+    sync, nothing to do) or ``left_out`` (in sync but out of the router, not by the collection).
+    Raises PlanError naming what refuses the run.
+    """
+    session = request.get("session")
+    refusals, notes = [], []
+
+    def holder_run(lease):
+        return (lease.get("holder") or {}).get("run_id")
+
+    def binds(lease):  # a live lease of another session
+        return bool(lease.get("live")) and lease.get("session") != session
+
+    # A run that left hosts of this run mid-change is dead when none of those hosts' leases binds any more
+    # (its controller renews them while it lives): its leases of the hosts it had not reached yet are taken
+    # over by the run that resumes it (or takes over from it).
+    left = dict((host, facts[host].get("record") or {}) for host in hosts if mid_change(facts[host].get("record")))
+    dead = set(record.get("run_id") for record in left.values())
+    for host, record in left.items():
+        lease = facts[host].get("lease") or {}
+        if binds(lease) and holder_run(lease) == record.get("run_id"):
+            dead.discard(record.get("run_id"))
+    for host in hosts:
+        lease = facts[host].get("lease") or {}
+        if not binds(lease) or holder_run(lease) in dead:
+            continue
+        if request.get("break_lease"):
+            notes.append("%s: breaking the live lease of %s (rollout_break_lease)" % (host, lease.get("text")))
+        else:
+            refusals.append("%s is leased by %s" % (host, lease.get("text")))
+    if refusals:
+        raise PlanError("%s. Wait for that run to end, or stop it; if its controller is gone, its lease expires "
+                        "by itself (or re-run with -e rollout_break_lease=true). Nothing was changed." % (
+                            "; ".join(refusals)))
+
+    outside = request.get("outside") or {}
+    stranded = ["%s (run %s, step %s)" % (host, (fact.get("record") or {}).get("run_id"),
+                                          (fact.get("record") or {}).get("step"))
+                for host, fact in sorted(outside.items()) if mid_change(fact.get("record"))]
+    if stranded:
+        raise PlanError("an interrupted rollout left %s mid-change, and this run leaves it out (--limit or "
+                        "rollout_hosts): include it, so that the run brings it back first. Nothing was changed." %
+                        ", ".join(stranded))
+    for host, fact in sorted(outside.items()):
+        if fact.get("unreachable"):
+            notes.append("%s (of the group, not in this run) could not be read (%s): if an interrupted run left "
+                         "it mid-change, the capacity guard counts it out of the router" % (host, fact["unreachable"]))
+
+    runs = sorted(set(record.get("run_id") for record in left.values()))
+    requested = request.get("requested")
+    run_id, resumed_from = request["run_id"], None
+    if requested:
+        if requested not in runs:
+            raise PlanError("run %s holds no host of this rollout mid-change: a finished or unknown run is never "
+                            "reopened. Re-run without rollout_run_id for a new run." % requested)
+        runs_to_resume = [requested]
+    else:
+        runs_to_resume = runs
+    if runs_to_resume:
+        differ = []
+        for host, record in sorted(left.items()):
+            if record.get("run_id") not in runs_to_resume:
+                continue
+            if record.get("intent_digest") != facts[host].get("digest"):
+                differ.append("%s (left at step %s of run %s with settings %s; this run's settings are %s)" % (
+                    host, record.get("step"), record.get("run_id"), record.get("intent_digest"),
+                    facts[host].get("digest")))
+        if len(runs_to_resume) > 1:
+            differ.append("hosts left mid-change by %d runs (%s)" % (len(runs_to_resume), ", ".join(runs_to_resume)))
+        if differ and not request.get("takeover"):
+            raise PlanError("an interrupted rollout left hosts mid-change and this run brings other settings: %s. "
+                            "Roll out that run's settings again to finish it (it resumes), or re-run with -e "
+                            "rollout_takeover=true to bring those hosts to these settings. Nothing was changed." % (
+                                "; ".join(differ)))
+        if differ:
+            notes.append("taking over from %s: %s" % (", ".join(runs_to_resume), "; ".join(differ)))
+        else:
+            run_id, resumed_from = runs_to_resume[0], runs_to_resume[0]
+            notes.append("resuming run %s: it left %s mid-change (its controller is gone: its leases expired)" % (
+                run_id, ", ".join(sorted(host for host, record in left.items() if record.get("run_id") == run_id))))
+
+    planned = {}
+    for host in hosts:
+        fact = facts[host]
+        record = fact.get("record") or {}
+        listed = fact.get("listed")
+        drained_by = record.get("drained_by") if fact.get("router") else None
+        out_by_us = bool(fact.get("router") and drained_by and not listed)
+        entry = {"digest": fact.get("digest"), "drain_url": listed, "drained_by": drained_by if out_by_us else None}
+        if resumed_from and record.get("kind") == "rollout" and record.get("run_id") == run_id \
+                and record.get("status") in SETTLED_STATUSES:
+            # done before the run was interrupted: the copy says what the run did to it
+            entry["earlier"] = dict((key, record.get(key)) for key in ("status", "old_invocation", "new_invocation"))
+        if not fact.get("in_sync"):
+            entry.update(action="apply", reason="settings differ")
+        elif mid_change(record) or out_by_us:
+            entry.update(action="recover", reason="left %s by run %s (step %s); brought to the settings and put "
+                         "back" % ("out of the router" if out_by_us else "mid-change", record.get("run_id"),
+                                   record.get("step")))
+        elif fact.get("router") and not listed:
+            entry.update(action="left_out", reason="in sync, but out of the router and not taken out by this "
+                         "collection (an operator's choice?): left out")
+        else:
+            entry.update(action="keep", reason="in sync")
+        planned[host] = entry
+    return {"run_id": run_id, "resumed": resumed_from is not None, "resumed_from": resumed_from, "notes": notes,
+            "hosts": planned, "takeover_runs": sorted(run for run in dead if run)}
+
+
+def batch_slot(group, reachable):
+    """Where the group's batch slot is kept: one lease for the whole group (whichever run, whichever controller),
+    held while a batch is out of the router, so two runs over disjoint hosts of one group never take their
+    batches out at once past each other's capacity guard. It lives on the group's first host (by name) that
+    answered; its name is derived from the group's hosts."""
+    names = sorted(set(group))
+    anchor = next((host for host in names if host in set(reachable)), None)
+    digest = hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest()[:12]
+    return {"anchor": anchor, "unit": "gpufleet-batch-%s" % digest}
+
+
+def capacity(group_workers, healthy, leaving, required):
+    """Whether the group keeps `required` healthy workers while `leaving` is out.
+
+    ``group_workers`` {url: host} of the group listed in the router; ``healthy`` {url: (ok, how)} from a
+    fresh probe of each. Returns (ok, remaining, unhealthy) - unhealthy as ["host url: how", ...]."""
+    leaving = set(str(url).rstrip("/") for url in leaving if url)
+    good = [url for url in group_workers if healthy.get(url, (False, "not probed"))[0]]
+    remaining = [url for url in good if url not in leaving]
+    unhealthy = ["%s %s: %s" % (group_workers[url], url, healthy.get(url, (False, "not probed"))[1])
+                 for url in sorted(group_workers) if url not in good]
+    return len(remaining) >= required, remaining, unhealthy
