@@ -5,9 +5,16 @@
 
 Reads the role's variables by their own names and the drift check's result (fact ``sglang_drift``,
 with ``sglang_drift.prepared``); runs the same modules, with the same arguments, as the rollout's
-per-host task. Documentation: plugins/modules/sglang_host.py.
+per-host task. A step that changes the host holds the host's lease (a sweep's, when the role runs
+inside one - fact ``sglang_lease_holder`` of kind sweep - else the role's own, released when the
+apply or revert is done). Documentation: plugins/modules/sglang_host.py.
 """
 from __future__ import annotations
+
+import getpass
+import socket
+import time
+import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -15,6 +22,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
+from ansible_collections.gpufleet.inference.plugins.module_utils._rollout import new_run_id
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner
 
 STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted")
@@ -30,6 +38,16 @@ class ActionModule(ActionBase):
                                     % ", ".join(missing))
         return self._templar.template(dict((name, task_vars[name]) for name in hp.SETTINGS))
 
+    def _holder(self, task_vars):
+        """Who holds the host while the role changes it: the caller's holder (a sweep), else the role's own,
+        kept between the role's tasks as the fact sglang_lease_holder."""
+        given = self._templar.template(task_vars.get("sglang_lease_holder") or {})
+        if given.get("session"):
+            return dict(given)
+        return {"kind": "role", "run_id": "role-" + new_run_id(), "session": uuid.uuid4().hex,
+                "controller": socket.gethostname(), "user": getpass.getuser(),
+                "job": str(task_vars.get("awx_job_id") or "") or None, "generation": None}
+
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
@@ -43,7 +61,9 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_host needs the fact sglang_drift of the role's drift entry point")
         host = task_vars.get("inventory_hostname", "?")
         runner = ActionRunner(self, task_vars, host, boolean(settings.get("sglang_progress", True), strict=False))
-        path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host)
+        lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic)
+        path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host,
+                           lease=lease)
         if self._task.check_mode and state not in ("verified",):
             result.update(changed=bool(drift.get("changed_files")) or path.restart_pending(), skipped=True,
                           msg="check mode: %s changes nothing on the host" % state)
@@ -53,14 +73,36 @@ class ActionModule(ActionBase):
         except hp.StepFailed as failed:
             result.update(dict(failed.result), failed=True, failed_step=failed.step,
                           msg="%s: %s: %s" % (host, failed.step, failed.result.get("msg")))
+            self._release(path, "failed", failed.step)
         result["changed"] = path.changed or result.get("changed", False)
+        facts = result.setdefault("ansible_facts", {})
+        facts["sglang_lease_holder"] = lease.holder
         return result
+
+    # ------------------------------------------------------------------ the lease
+
+    @staticmethod
+    def _hold(path, step, status="in progress"):
+        holder = path.lease.holder
+        path.lease.hold(record={"kind": holder.get("kind"), "run_id": holder.get("run_id"), "step": step,
+                                "status": status, "intent_digest": path.prepared.get("digest")},
+                        intent_digest=path.prepared.get("digest"))
+
+    @staticmethod
+    def _release(path, step, status):
+        """The role's own lease is released when it is done (or failed); a caller's stays with the caller."""
+        holder = path.lease.holder
+        if holder.get("kind") != "role" or not path.lease.held:
+            return
+        path.lease.release(record={"kind": "role", "run_id": holder.get("run_id"), "step": step, "status": status,
+                                   "intent_digest": path.prepared.get("digest")})
 
     # ------------------------------------------------------------------ states
 
-    @staticmethod
-    def _installed(path, task_vars):
+    def _installed(self, path, task_vars):
         """What differs, installed; changed (and the handler notified) when a restart is due."""
+        if path.drift.get("changed_files") or path.restart_pending() or path.not_running():
+            self._hold(path, "applying")
         if path.drift.get("changed_files") or path.restart_pending():
             path.adopt_last_good()
         installed = path.install(restart=False)
@@ -71,6 +113,7 @@ class ActionModule(ActionBase):
 
     def _restarted(self, path, task_vars):
         """The handler: restart, wait for the new process, keep it as last-known-good once verified."""
+        self._hold(path, "restarting")
         started = path.restart()
         return dict(self._keep(path, path.verified(started)),
                     replaced_invocation=(started.get("status") or {}).get("InvocationID") or None)
@@ -80,14 +123,18 @@ class ActionModule(ActionBase):
         done = task_vars.get("sglang_verified") or {}
         if done.get("verdict"):  # the restart handler verified this run's change
             done = self._templar.template(done)
+            self._release(path, "done", "verified" if done.get("verdict") == "pass" else done.get("verdict"))
             return dict(done, changed=False, ansible_facts={"sglang_verified": done})
         if self._task.check_mode:
             verified = _records.verification([{}, {}, dict(path.drift, host=path.host)])
             return dict(verified, changed=False, skipped=True, msg="check mode: nothing is started or verified")
-        started = path.start() if path.not_running() else None
-        verified = path.verified(started)
-        if started is not None:
-            return self._keep(path, verified)
+        if path.not_running():
+            self._hold(path, "starting")
+            out = self._keep(path, path.verified(path.start()))
+            self._release(path, "done", "started")
+            return out
+        verified = path.verified(None)
+        self._release(path, "done", "verified")
         return dict(verified, ansible_facts={"sglang_verified": verified})
 
     def _keep(self, path, verified):
@@ -101,25 +148,29 @@ class ActionModule(ActionBase):
             out["last_good_error"] = error
         return out
 
-    @staticmethod
-    def _adopted(path, task_vars):
+    def _adopted(self, path, task_vars):
+        if (path.drift.get("last_good") or {}).get("exists") or path.drift.get("active_state") != "active":
+            return {"last_good": {}, "msg": "a last-known-good copy exists already (or nothing runs)"}
+        self._hold(path, "adopting")
         adopted = path.adopt_last_good()
-        return {"last_good": adopted or {}, "msg": "kept what runs as last-known-good" if adopted
-                else "a last-known-good copy exists already (or nothing runs)"}
+        self._release(path, "done", "adopted")
+        return {"last_good": adopted or {}, "msg": "kept what runs as last-known-good"}
 
-    @staticmethod
-    def _last_good_saved(path, task_vars):
+    def _last_good_saved(self, path, task_vars):
         verified = task_vars.get("sglang_verified") or {}
         if verified.get("verdict") != "pass":
             return {"failed": True, "msg": "%s: the unit is not kept as last-known-good: its process was not verified "
                     "(%s). The last-known-good unit is still the one from before." % (
                         path.host, verified.get("msg") or "no fact sglang_verified: run the entry point apply first")}
+        self._hold(path, "saving")
         saved, error = path.save_last_good(verified)
+        self._release(path, "done", "kept as last-known-good" if not error else "failed")
         if error:
             return {"failed": True, "msg": error}
         return {"last_good": saved, "msg": "kept as last-known-good"}
 
-    @staticmethod
-    def _reverted(path, task_vars):
+    def _reverted(self, path, task_vars):
+        self._hold(path, "reverting")
         outcome = path.revert()
+        self._release(path, "done", "reverted" if outcome.get("healthy") else "revert failed")
         return {"revert": outcome, "ansible_facts": {"sglang_revert": outcome}, "msg": outcome.get("msg")}

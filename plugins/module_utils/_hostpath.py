@@ -35,21 +35,25 @@ START = "Ensure SGLang is enabled and running"
 WAIT = "Wait until the new SGLang process runs the intended settings"
 VERIFY = "Verify the running SGLang process (nothing was restarted)"
 SAVE = "Keep the verified unit as last-known-good"
+HOLD = "Hold this host's lease (no other writer of the collection changes it meanwhile)"
 REVERT = "Revert to the last-known-good unit and verify it"
 
 UNIT_FILES = "gpufleet.inference.sglang_unit_files"
 READY = "gpufleet.inference.sglang_ready"
 LAST_GOOD = "gpufleet.inference.sglang_last_good"
 INFO = "gpufleet.inference.sglang_info"
+LEASE = "gpufleet.inference.sglang_lease"
 SYSTEMD = "ansible.builtin.systemd_service"
 GROUP = "ansible.builtin.group"
+# What every changing host runs on its critical path: a rollout builds their payloads before its first batch.
+CRITICAL_PATH_MODULES = (LEASE, UNIT_FILES, READY, LAST_GOOD)
 USER = "ansible.builtin.user"
 
 # The role's variables the host path reads (defaults in roles/sglang/defaults/main.yml).
 SETTINGS = ("sglang_unit_name", "sglang_api_key", "sglang_user", "sglang_group", "sglang_ready_timeout",
             "sglang_min_ready_seconds", "sglang_accept_unverified", "sglang_probe_prompt",
             "sglang_probe_max_new_tokens", "sglang_journal_grace", "sglang_receipt_dir", "sglang_last_good_dir",
-            "sglang_progress", "sglang_verify")
+            "sglang_progress", "sglang_verify", "sglang_fleet_dir", "sglang_lease_seconds")
 # The wait's arguments and the role variable each one comes from.
 _WAIT_SETTINGS = (("timeout", "sglang_ready_timeout"), ("min_ready_seconds", "sglang_min_ready_seconds"),
                   ("accept_unverified", "sglang_accept_unverified"), ("prompt", "sglang_probe_prompt"),
@@ -84,12 +88,67 @@ def config_of(command):
     return flag_value([str(word) for word in command or []], CONFIG_FLAG)[1]
 
 
+class Lease(object):
+    """This writer's lease of one host (gpufleet.inference.sglang_lease), taken, renewed and released
+    through ``run``. ``holder`` names the writer (kind, run_id, session, controller, user, job);
+    ``generation`` is set once taken, so a renewal of a lease someone took over fails."""
+
+    def __init__(self, run, settings, holder, clock):
+        self.run = run
+        self.unit = settings["sglang_unit_name"]
+        self.directory = settings["sglang_fleet_dir"]
+        self.seconds = int(settings["sglang_lease_seconds"])
+        self.holder = dict(holder)
+        self.clock = clock
+        self.renewed_at = None
+
+    @property
+    def held(self):
+        return self.holder.get("generation") is not None
+
+    def hold(self, record=None, intent_digest=None, longer=0):
+        """Take or renew the lease (and write `record` into the host's record); raises StepFailed.
+        ``longer``: seconds added for a step that runs without renewing it (a drain)."""
+        args = dict(unit=self.unit, directory=self.directory, state="held", holder=self.holder,
+                    seconds=self.seconds + int(longer))
+        if intent_digest:
+            args["intent_digest"] = intent_digest
+        if record:
+            args["record"] = record
+        result = self.run(LEASE, args)
+        if result.get("failed"):
+            raise StepFailed(HOLD, result)
+        self.holder["generation"] = (result.get("lease") or {}).get("generation")
+        self.renewed_at = self.clock()
+        return result
+
+    def renew_if_due(self):
+        """Between the slices of a wait: renew once half the lease has passed (a failure shows at the next step)."""
+        if self.held and (self.renewed_at is None or self.clock() - self.renewed_at >= self.seconds / 2.0):
+            try:
+                self.hold()
+            except StepFailed:
+                pass
+
+    def release(self, record=None):
+        if not self.held:
+            return {}
+        args = dict(unit=self.unit, directory=self.directory, state="released", holder=self.holder)
+        if record:
+            args["record"] = record
+        result = self.run(LEASE, args)
+        if not result.get("failed"):
+            self.holder["generation"] = None
+        return result
+
+
 class HostPath(object):
     """The steps on one host. ``changed`` says whether any step changed it."""
 
-    def __init__(self, run, wait, settings, prepared, drift, say=None, host=None):
+    def __init__(self, run, wait, settings, prepared, drift, say=None, host=None, lease=None):
         self.run = run
         self.host = host or settings["sglang_unit_name"]
+        self.lease = lease
         self.wait = wait
         self.settings = settings
         self.prepared = prepared or {}
@@ -116,7 +175,7 @@ class HostPath(object):
         return result
 
     def _wait(self, step, args):
-        result = self.wait(args)
+        result = self.wait(args, between=self.lease.renew_if_due if self.lease is not None else None)
         if result.get("verdict") == "connection_lost":
             result["unreachable"] = True
         if result.get("failed"):
@@ -301,5 +360,6 @@ class HostPath(object):
             # rotation or of a removed key, not the key of the settings that failed. No --config: no key.
             self.reverted_config = config_of(intent.get("command"))
             wait = self.wait(wait_args(self.settings, self.url, intent, after=reverting.get("invocation_id"),
-                                       api_key_file=self.reverted_config))
+                                       api_key_file=self.reverted_config),
+                             between=self.lease.renew_if_due if self.lease is not None else None)
         return _records.revert_outcome([restored, restart, wait])

@@ -98,10 +98,11 @@ class Progress(object):
         return out
 
 
-def wait_in_slices(execute, reset, args, host, check_mode=False):
+def wait_in_slices(execute, reset, args, host, check_mode=False, between=None):
     """The whole wait, one module slice at a time: ``execute(module_args)`` runs one slice on the host
     (and returns ``{"unreachable": True, ...}`` when the connection fails), ``reset()`` drops a dead
-    connection. Returns the wait's result (the module's verdict, or ``connection_lost``)."""
+    connection, ``between()`` (optional) runs after each slice that left the wait going (a writer renews
+    its lease of the host there). Returns the wait's result (the module's verdict, or ``connection_lost``)."""
     args = dict(args)
     try:
         slice_seconds = float(args.get("slice_seconds", DEFAULT_SLICE_SECONDS) or 0)
@@ -154,6 +155,8 @@ def wait_in_slices(execute, reset, args, host, check_mode=False):
                 display.display(line)
         if answer.get("verdict") == "waiting":
             state = answer.get("state") or {}
+            if between is not None:
+                between()
             continue
         answer.pop("state", None)
         answer["events"] = events
@@ -222,9 +225,9 @@ class ActionRunner(object):
             result["failed"] = True
         return result
 
-    def wait(self, module_args):
+    def wait(self, module_args, between=None):
         return wait_in_slices(execute_slice(self.action, self.task_vars), reset_connection(self.action), module_args,
-                              self.host, self.action._task.check_mode)
+                              self.host, self.action._task.check_mode, between=between)
 
     def say(self, text):
         if self.progress:

@@ -17,7 +17,7 @@ SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_
             "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10, "sglang_accept_unverified": False,
             "sglang_probe_prompt": "p", "sglang_probe_max_new_tokens": 8, "sglang_journal_grace": 35,
             "sglang_receipt_dir": "/r", "sglang_last_good_dir": "/lg", "sglang_progress": False,
-            "sglang_verify": True}
+            "sglang_verify": True, "sglang_fleet_dir": "/fleet", "sglang_lease_seconds": 300}
 PREPARED = {"version": "0.5.23", "intent": {"expect": {"draft_window_size": 2048}, "config_line": "required"},
             "unit_text": "[Unit]\n", "journald_text": "[Journal]\n",
             "paths": {"unit": UNIT, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},
@@ -31,9 +31,14 @@ class Host(object):
     def __init__(self, **answers):
         self.answers = dict((name, list(items)) for name, items in answers.items())
         self.calls = []
+        self.leases = []  # the lease's calls, kept apart from the steps'
 
     def __call__(self, module_name, module_args, task_vars):
         short = module_name.rsplit(".", 1)[-1]
+        if short == "sglang_lease":
+            self.leases.append(dict(module_args))
+            queue = self.answers.get(short) or [{"changed": True, "lease": {"generation": len(self.leases)}}]
+            return dict(queue.pop(0) if len(queue) > 1 else queue[0])
         self.calls.append((short, dict(module_args)))
         queue = self.answers.get(short) or [{"changed": False}]
         return dict(queue.pop(0) if len(queue) > 1 else queue[0])
@@ -81,7 +86,7 @@ def test_installed_keeps_what_runs_before_the_first_change_and_a_pending_restart
 
 def test_restarted_is_the_handler_restart_wait_and_keep(monkeypatch):
     waits = []
-    monkeypatch.setattr(_slices, "wait_in_slices", lambda execute, reset, args, host, check_mode=False:
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda execute, reset, args, host, check_mode=False, between=None:
                         waits.append(args) or dict(PASS))
     host = Host(sglang_unit_files=[{"changed": True, "restarted": True, "status": {"InvocationID": OLD}}],
                 sglang_last_good=[{"changed": True, "exists": True}])

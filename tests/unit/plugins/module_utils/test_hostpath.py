@@ -16,6 +16,7 @@ CONFIG = {"path": "/etc/sglang/sglang.yaml", "mode": "0640", "owner": "root", "g
 INTENT = {"expect": {"draft_window_size": 2048}, "config_line": "required", "command": ["py", "-m", "sglang"],
           "environment": {}}
 SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_user": "sglang",
+            "sglang_fleet_dir": "/f", "sglang_lease_seconds": 300,
             "sglang_group": "sglang", "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10,
             "sglang_accept_unverified": False, "sglang_probe_prompt": "p", "sglang_probe_max_new_tokens": 8,
             "sglang_journal_grace": 35, "sglang_receipt_dir": "/r", "sglang_last_good_dir": "/lg",
@@ -41,8 +42,10 @@ class Host(object):
         queue = self.answers.get(short) or [{"changed": False}]
         return dict(queue.pop(0) if len(queue) > 1 else queue[0])
 
-    def wait(self, args):
+    def wait(self, args, between=None):
         self.calls.append(("sglang_ready", dict(args)))
+        if between is not None:
+            between()  # one slice ended
         return dict(self.waits.pop(0) if len(self.waits) > 1 else self.waits[0])
 
     def names(self):
