@@ -1,10 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The controller's side of a rollout: inputs, the fleet lock, records, the capacity guard, the end.
+"""The controller's side of a rollout: inputs, the run's plan from what the fleet holds, the capacity
+guard, the end - and the controller's copy of the records.
 
-Runs on the controller only (no module is sent to a host); see plugins/modules/sglang_rollout.py
-for the documentation and plugins/module_utils/_rollout.py for the file layout.
+Runs on the controller only (no module is sent to a host). The fleet is the source of truth: each host's
+lease and record (module_utils/_lease.py, read by the prepare phase's drift check and written by
+gpufleet.inference.sglang_lease), the router's own list of workers, and a fresh probe of each worker.
+Documentation: plugins/modules/sglang_rollout.py.
 """
 from __future__ import annotations
 
@@ -12,21 +15,36 @@ import getpass
 import math
 import os
 import socket
+import threading
 import time
+import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host import CRITICAL_PATH_MODULES
+from ansible_collections.gpufleet.inference.plugins.module_utils import _fleet
+from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
+from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate, generate_verdict
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
-from ansible_collections.gpufleet.inference.plugins.plugin_utils._builds import collector_paused
 
 display = Display()
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
 _http.preload()
+
+STATES = ("start", "record", "prepared", "leased", "capacity", "finish", "status")
+
+
+def addresses_of(hostvars, host):
+    """Where a host can be reached: what a router worker URL of it may name."""
+    facts = hostvars.get(host) or {}
+    found = [host, facts.get("ansible_host"), facts.get("sglang_host")]
+    worker = facts.get("sglang_router_worker_url")
+    if worker:
+        found.append(_fleet.url_host(worker))
+    return [str(item) for item in found if item and str(item) not in ("0.0.0.0", "::", "[::]", "*")]
 
 
 class ActionModule(ActionBase):
@@ -37,13 +55,12 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         args = self._task.args
-        handler = getattr(self, "_" + str(args.get("state", "")), None)
-        if handler is None or str(args.get("state", "")).startswith("_"):
-            raise AnsibleActionFail("state must be one of start, prepared, record, capacity, finish; got %r" % (
-                args.get("state"),))
+        state = str(args.get("state", ""))
+        if state not in STATES:
+            raise AnsibleActionFail("state must be one of %s; got %r" % (", ".join(STATES), args.get("state")))
         try:
-            result.update(handler(args, task_vars or {}))
-        except ro.RolloutError as exc:
+            result.update(getattr(self, "_" + state)(args, task_vars or {}))
+        except (ro.RolloutError, _fleet.PlanError) as exc:
             result.update(failed=True, msg=str(exc))
         result.setdefault("changed", False)
         return result
@@ -51,144 +68,229 @@ class ActionModule(ActionBase):
     # ------------------------------------------------------------------ start
 
     def _start(self, args, task_vars):
+        """The run's inputs, checked before anything is asked of a host; who runs it."""
         root = os.path.abspath(os.path.expanduser(str(args.get("results_dir") or "results/rollout")))
         batches = ro.parse_batches(args.get("batches") if args.get("batches") not in (None, "") else [1, "25%"])
         min_healthy = ro.parse_count(args.get("min_healthy", 0), "rollout_min_healthy")
         try:
             capacity_wait = float(args.get("capacity_wait", 300))
-            max_age = float(args.get("lock_max_age", 24))
         except (TypeError, ValueError):
-            raise ro.RolloutError("rollout_capacity_wait and rollout_lock_max_age must be numbers (seconds, hours)")
+            raise ro.RolloutError("rollout_capacity_wait must be a number of seconds")
         hosts = sorted(args.get("hosts") or [])
+        group = sorted(set(args.get("group") or []) | set(hosts))
         requested = ro.check_run_id(str(args["run_id"])) if args.get("run_id") else None
-        common = dict(batches=batches, min_healthy=min_healthy, capacity_wait=capacity_wait, results_dir=root,
-                      hosts=hosts)
-        if self._task.check_mode:
-            run_id = ro.new_run_id() + "-check"
-            run = {"run_id": run_id, "check_mode": True, "started": ro.iso(), "hosts": hosts, "status": "check",
-                   "note": "a check run (--check): nothing was changed; the records say what would change"}
-            ro.write_json(os.path.join(root, run_id, "run.json"), run)
-            return dict(common, run_id=run_id, run_dir=os.path.join(root, run_id), resumed=False, check_mode=True,
-                        note=run["note"])
-        with ro.RootLock(root):
-            lock = ro.read_json(os.path.join(root, ro.LOCK))
-            resumed, note, broken = False, None, None
-            if lock:
-                previous = ro.read_json(os.path.join(root, str(lock.get("run_id")), "run.json"), {})
-                action, note = ro.decide_lock(lock, requested, bool(args.get("break_lock")), max_age,
-                                              ro.holder_alive(lock), ro.lock_age_hours(lock),
-                                              previous.get("status") in ("finished", "failed", "abandoned"))
-                if action == "resume":
-                    run_id, resumed = lock["run_id"], True
-                else:
-                    run_id = requested or ro.new_run_id()
-                    broken = lock
-                    if previous and previous.get("status") == "running":
-                        previous.update(status="abandoned", abandoned=ro.iso(), abandoned_by=run_id)
-                        ro.write_json(os.path.join(root, str(lock["run_id"]), "run.json"), previous)
-            else:
-                run_id = requested or ro.new_run_id()
-                existing = ro.read_json(os.path.join(root, run_id, "run.json"))
-                resumed = bool(existing) and existing.get("status") == "running"
-                if resumed:
-                    note = "resuming run %s (rollout_run_id)" % run_id
-            pid = os.getppid()  # the ansible-playbook process (this worker's parent)
-            ro.write_json(os.path.join(root, ro.LOCK), {
-                "run_id": run_id, "pid": pid, "pid_start": ro.process_start(pid),
-                "controller": socket.gethostname(), "user": getpass.getuser(), "started": ro.iso(), "hosts": hosts})
-            run_path = os.path.join(root, run_id, "run.json")
-            run = ro.read_json(run_path) or {"run_id": run_id, "started": ro.iso(), "resumes": []}
-            run.update(status="running", hosts=sorted(set(run.get("hosts", [])) | set(hosts)), batches=batches,
-                       min_healthy=min_healthy, pid=pid)
-            if resumed:
-                run.setdefault("resumes", []).append({"at": ro.iso(), "note": note})
-            if broken:
-                run["broke_lock_of"] = broken
-            ro.write_json(run_path, run)
-        if note:
-            display.warning(note)
-        return dict(common, run_id=run_id, run_dir=os.path.join(root, run_id), resumed=resumed, check_mode=False,
-                    note=note)
+        lease_seconds = ro.parse_seconds(args.get("lease_seconds", 300), "sglang_lease_seconds", minimum=10)
+        timeouts = dict((name, ro.parse_seconds(value, "batch_timeouts.%s" % name))
+                        for name, value in (args.get("batch_timeouts") or {}).items())
+        # the longest a batch may take: its capacity wait, drain, wait for the new process, settle, rejoins
+        batch_seconds = int(capacity_wait) + sum(timeouts.get(name, 0) for name in ("drain", "ready", "settle")) + \
+            timeouts.get("rejoin", 0) * (timeouts.get("rejoin_retries", 0) + 1)
+        check_mode = bool(self._task.check_mode)
+        run_id = ro.new_run_id() + ("-check" if check_mode else "")
+        holder = {"kind": "rollout", "run_id": run_id, "session": uuid.uuid4().hex, "controller": socket.gethostname(),
+                  "user": getpass.getuser(), "job": str(task_vars.get("awx_job_id") or task_vars.get("tower_job_id")
+                                                         or "") or None}
+        return dict(run_id=run_id, run_dir=os.path.join(root, run_id), results_dir=root, check_mode=check_mode,
+                    batches=batches, min_healthy=min_healthy, capacity_wait=capacity_wait, hosts=hosts, group=group,
+                    requested=requested, takeover=bool(args.get("takeover")), break_lease=bool(args.get("break_lease")),
+                    holder=holder, lease_seconds=lease_seconds, pending_lease_seconds=lease_seconds + batch_seconds)
 
-    # ------------------------------------------------------------------ record
+    # ------------------------------------------------------------------ record (a prepare-phase failure)
 
-    def _record(self, args, task_vars):
-        run = args.get("run") or {}
-        host = args.get("host") or task_vars.get("inventory_hostname")
-        merged = ro.record_step(run, host, args.get("step"), args)
-        return {"ansible_facts": {"rollout_host_state": merged}, "record": merged}
+    @staticmethod
+    def _record(args, task_vars):
+        """A host that fails the prepare phase: its record, kept as a fact until the plan writes the copy."""
+        failure = dict(step="failed", task=args.get("task"), failure=args.get("failure"), router=args.get("router"))
+        return {"ansible_facts": {"rollout_host_state": {"step": "failed", "args": failure}}}
 
-    # ------------------------------------------------------------------ prepared
+    # ------------------------------------------------------------------ prepared: the plan
+
+    def _router_workers(self, args):
+        if not args.get("router_url"):
+            return None, None
+        try:
+            client = RouterClient(args["router_url"], args.get("router_api_key") or None, timeout=10.0)
+            return client.list_workers(), None
+        except RouterError as exc:
+            return [], str(exc)
 
     def _prepared(self, args, task_vars):
-        """Record every host of the prepare phase at once (one task, not one per host) and say which
-        hosts go to the apply phase: those that must change, in inventory order - none when a host
-        failed or was lost in the prepare phase (the canary is never touched then)."""
-        run = args.get("run") or {}
+        """Every host's lease, record and router membership -> the run's plan (new or resumed); the copy of
+        the records; the hosts that must change, in inventory order."""
+        run = dict(args.get("run") or {})
         hostvars = task_vars.get("hostvars") or {}
         alive = set(args.get("alive") or [])
-        apply, failed, lost, worker_urls = [], [], [], {}
-        for host in args.get("hosts") or []:
-            facts = hostvars[host] if host in hostvars else {}
-            state = facts.get("rollout_host_state") or {}
+        hosts = list(args.get("hosts") or [])
+        failed, lost, facts = [], [], {}
+        workers, router_problem = self._router_workers(args)
+        if router_problem:
+            raise ro.RolloutError("the router's workers could not be read (%s): router membership comes from the "
+                                  "router, so nothing was changed" % router_problem)
+        for host in hosts:
+            hvars = hostvars[host] if host in hostvars else {}
+            state = hvars.get("rollout_host_state") or {}
+            drift = hvars.get("sglang_drift") or {}
             if state.get("step") == "failed":
-                failed.append(host)  # its failure was recorded where it happened
+                failed.append(host)
                 continue
-            if host not in alive or not facts.get("sglang_drift"):
+            if host not in alive or not drift.get("prepared"):
                 lost.append(host)
-                # Nothing was changed on it (the prepare phase only reads): not a lost connection mid-change.
-                ro.record_step(run, host, "failed", dict(
-                    task="Compare this host with its intent", router=args.get("router"),
-                    failure={"msg": "the host left the prepare phase without a result (unreachable, or it failed "
-                                    "outside the comparison)"}))
                 continue
-            endpoint = (facts["sglang_drift"].get("prepared") or {}).get("endpoint") or {}
-            if endpoint.get("worker_url"):
-                worker_urls[host] = endpoint["worker_url"]
-            record = ro.record_step(run, host, "prepared", dict(
-                drift=facts["sglang_drift"], endpoint=endpoint or None, router=args.get("router")))
-            if record["status"] == "pending":
-                apply.append(host)
+            prepared = drift["prepared"]
+            record = drift.get("record") or {}
+            listed = None
+            if workers is not None:
+                listed = _fleet.router_url_of(workers, (prepared.get("endpoint") or {}).get("worker_url"),
+                                              record.get("worker_url"), addresses_of(hostvars, host))
+            facts[host] = {"lease": drift.get("lease"), "record": record, "in_sync": drift.get("in_sync"),
+                           "digest": prepared.get("digest"), "listed": listed, "router": workers is not None,
+                           "drift": drift}
         if failed or lost:
-            return {"apply": [], "failed_hosts": failed, "lost_hosts": lost, "prebuilt": [], "worker_urls": worker_urls,
-                    "msg": "the prepare phase failed on %s: no host is changed" % ", ".join(failed + lost)}
-        prebuilt = self._prebuild(task_vars) if apply and not self._task.check_mode else []
-        return {"apply": apply, "failed_hosts": [], "lost_hosts": [], "prebuilt": prebuilt, "worker_urls": worker_urls,
-                "msg": "%d host(s) to change: %s" % (len(apply), ", ".join(apply) or "none")}
+            self._write_prepare_failure(run, hosts, failed, lost, hostvars, args)
+            return {"failed": True, "msg": "the prepare phase failed on %s: no host was leased or changed" % ", ".join(
+                failed + lost), "apply": [], "run": run}
+        request = dict(run_id=run["run_id"], requested=run.get("requested"), session=run["holder"]["session"],
+                       takeover=run.get("takeover"), break_lease=run.get("break_lease"),
+                       outside=self._outside(args.get("outside")))
+        planned = _fleet.plan(hosts, facts, request)
+        if planned["run_id"] != run["run_id"]:
+            run.update(run_id=planned["run_id"], run_dir=os.path.join(run["results_dir"], planned["run_id"]))
+            run["holder"] = dict(run["holder"], run_id=planned["run_id"])
+        outside = request["outside"]
+        reachable = list(facts) + [host for host, fact in outside.items() if not fact.get("unreachable")]
+        run.update(resumed=planned["resumed"], digests=dict((host, facts[host]["digest"]) for host in hosts),
+                   takeover_runs=planned["takeover_runs"], slot=_fleet.batch_slot(run.get("group") or hosts,
+                                                                                   reachable))
+        for note in planned["notes"]:
+            display.warning(note)
+        self._write_run(run, planned)
+        apply, records = [], {}
+        for host in hosts:
+            entry = planned["hosts"][host]
+            merged = ro.record_step(run, host, "prepared", dict(drift=facts[host]["drift"], router=workers is not None,
+                                                                endpoint=(facts[host]["drift"]["prepared"] or {}).get(
+                                                                    "endpoint"), plan=entry))
+            records[host] = ro.host_record(merged, run, drained_by=entry.get("drained_by"),
+                                           worker_url=entry.get("drain_url"))
+            if entry["action"] in ("apply", "recover"):
+                apply.append(host)
+        prebuilt = self._prebuild(task_vars) if apply and not run.get("check_mode") else []
+        return {"run": run, "apply": apply, "records": records, "notes": planned["notes"], "prebuilt": prebuilt,
+                "plan": planned["hosts"], "holder": run["holder"],
+                "msg": "run %s%s: %d host(s) to change: %s" % (run["run_id"], " (resumed)" if planned["resumed"] else "",
+                                                               len(apply), ", ".join(apply) or "none")}
+
+    @staticmethod
+    def _outside(results):
+        """{host: {record, unreachable}} from the query of the group's hosts this run leaves out."""
+        found = {}
+        for item in results or []:
+            host = item.get("item")
+            if not host:
+                continue
+            if item.get("unreachable") or item.get("failed"):
+                found[host] = {"unreachable": item.get("msg") or "unreachable"}
+            else:
+                found[host] = {"record": item.get("record") or {}, "lease": item.get("lease")}
+        return found
 
     def _prebuild(self, task_vars):
-        """Build the critical path's module payloads into this run's module cache now, while no host
-        is out of service: each worker of the apply phase then reads them instead of building them
-        (~0.3 s per module, paid by the canary otherwise). Nothing runs on a host; a module that
-        cannot be built here is built when it is used, as without this."""
+        """Build the critical path's module payloads into this run's module cache now, while no host is out
+        of service: each worker of the apply phase then reads them instead of building them while the canary
+        is out of the router. Nothing runs on a host; a module that cannot be built here is built when used."""
         # The payload does not depend on the interpreter: name one so nothing is discovered remotely.
         build_vars = dict(task_vars, ansible_python_interpreter=task_vars.get("ansible_python_interpreter")
                           or "/usr/bin/python3")
         built = []
         for name in CRITICAL_PATH_MODULES:
             try:
-                with collector_paused():
-                    self._configure_module(name, {}, build_vars)
-            except Exception as exc:  # pylint: disable=broad-except
+                self._configure_module(name, {}, build_vars)
+            except Exception as exc:  # pylint: disable=broad-except  # built when used instead
                 display.vvv("sglang_rollout: could not prebuild %s: %s" % (name, exc))
                 continue
             built.append(name)
         return built
 
+    @staticmethod
+    def _write_run(run, planned):
+        if run.get("check_mode"):
+            meta = {"run_id": run["run_id"], "check_mode": True, "status": "check", "started": ro.iso(),
+                    "hosts": run["hosts"], "note": "a check run (--check): nothing was changed; the records say what "
+                                                   "would change"}
+            ro.write_json(os.path.join(run["run_dir"], "run.json"), meta)
+            return
+        path = os.path.join(run["run_dir"], "run.json")
+        meta = ro.read_json(path) or {"run_id": run["run_id"], "started": ro.iso(), "resumes": []}
+        meta.update(status="running", hosts=sorted(set(meta.get("hosts", [])) | set(run["hosts"])),
+                    batches=run["batches"], min_healthy=run["min_healthy"], group=run["group"],
+                    controller=run["holder"]["controller"], user=run["holder"]["user"], job=run["holder"]["job"])
+        if planned["resumed"] or planned["notes"]:
+            meta.setdefault("resumes", []).append({"at": ro.iso(), "notes": planned["notes"],
+                                                   "controller": run["holder"]["controller"]})
+        ro.write_json(path, meta)
+
+    @staticmethod
+    def _write_prepare_failure(run, hosts, failed, lost, hostvars, args):
+        for host in hosts:
+            state = (hostvars.get(host) or {}).get("rollout_host_state") or {}
+            if host in failed:
+                ro.record_step(run, host, "failed", state.get("args") or {})
+            elif host in lost:
+                ro.record_step(run, host, "failed", dict(
+                    task="Compare this host with its intent", router=bool(args.get("router_url")),
+                    failure={"msg": "the host left the prepare phase without a result (unreachable, or it failed "
+                                    "outside the comparison)"}))
+        ro.write_json(os.path.join(run["run_dir"], "run.json"), {
+            "run_id": run["run_id"], "status": "failed", "finished": ro.iso(), "hosts": hosts,
+            "note": "the prepare phase failed on %s: no host was leased or changed" % ", ".join(failed + lost)})
+        ro.write_summary(run)
+
+    # ------------------------------------------------------------------ leased: all or none
+
+    @staticmethod
+    def _leased(args, task_vars):
+        """Every host of the run leased, or none: the hosts whose lease was taken are to be released."""
+        hostvars = task_vars.get("hostvars") or {}
+        refused, taken, generations = [], [], {}
+        for host in args.get("hosts") or []:
+            lease = (hostvars.get(host) or {}).get("rollout_lease") or {}
+            if lease.get("failed") or lease.get("unreachable") or not lease.get("lease"):
+                refused.append("%s: %s" % (host, lease.get("msg") or "no lease taken"))
+            else:
+                taken.append(host)
+                generations[host] = lease["lease"].get("generation")
+        if refused:
+            return {"failed": True, "release": taken, "msg": "not every host of the run could be leased, so none is "
+                    "kept and nothing was changed: %s" % "; ".join(refused)}
+        return {"release": [], "generations": generations, "msg": "%d host(s) leased" % len(taken)}
+
     # ------------------------------------------------------------------ capacity
 
+    def _probe(self, url, api_key, timeout):
+        resp = generate(_http.HttpClient(url, api_key or None, True), "ping", 1, timeout)
+        ok = generate_verdict(resp)[0]
+        return ok, "answers /generate" if ok else "/generate: %s" % resp.describe()
+
     def _capacity(self, args, task_vars):
-        router_url = args.get("router_url")
-        workers = [str(url).rstrip("/") for url in args.get("workers") or []]
-        leaving = [str(url).rstrip("/") for url in args.get("leaving") or []]
+        """The group (every host of the rollout's group, not only the play's) keeps min_healthy healthy workers
+        while this batch is out: membership from the router, health from a fresh /generate of each worker."""
+        hostvars = task_vars.get("hostvars") or {}
+        group = list(args.get("group") or [])
+        leaving = [str(url).rstrip("/") for url in args.get("leaving") or [] if url]
         required_spec = ro.parse_count(args.get("min_healthy", 0), "rollout_min_healthy")
         if isinstance(required_spec, str):
-            required = int(math.ceil(float(required_spec.rstrip("%")) / 100.0 * len(workers)))
+            required = int(math.ceil(float(required_spec.rstrip("%")) / 100.0 * len(group)))
         else:
             required = int(required_spec)
         wait = float(args.get("capacity_wait", 300))
         poll = float(args.get("poll", 2))
-        client = RouterClient(router_url, args.get("api_key"), timeout=float(args.get("request_timeout", 10)))
+        slot = args.get("slot") or {}
+        if slot.get("failed") or slot.get("unreachable"):
+            raise ro.RolloutError(
+                "capacity guard: the group's batch slot (one batch of the group out of the router at a time, whichever "
+                "run) could not be taken within rollout_capacity_wait: %s. Nothing was changed in this batch." % (
+                    slot.get("msg") or "unreachable"))
+        client = RouterClient(args["router_url"], args.get("router_api_key") or None, timeout=10.0)
         started = time.monotonic()
         while True:
             try:
@@ -196,68 +298,122 @@ class ActionModule(ActionBase):
                 problem = None
             except RouterError as exc:
                 listed, problem = [], str(exc)
-            healthy = sorted(w["url"] for w in listed if w["url"] in workers and w["healthy"])
-            remaining = [url for url in healthy if url not in leaving]
-            if problem is None and len(remaining) >= required:
-                return {"healthy": healthy, "remaining": len(remaining), "required": required,
-                        "waited": round(time.monotonic() - started, 1)}
+            members = self._group_workers(listed, group, hostvars)
+            healthy = self._probe_all(members, hostvars)
+            ok, remaining, unhealthy = _fleet.capacity(members, healthy, leaving, required)
+            if problem is None and ok:
+                return {"healthy": sorted(url for url in members if healthy[url][0]), "remaining": len(remaining),
+                        "required": required, "group": len(group), "waited": round(time.monotonic() - started, 1)}
             waited = time.monotonic() - started
             if waited >= wait:
-                unhealthy = sorted(set(workers) - set(healthy))
+                absent = sorted(set(group) - set(members.values()))
                 raise ro.RolloutError(
-                    "capacity guard: taking %s out of the router would leave %s healthy worker(s) of this rollout's "
-                    "group, below rollout_min_healthy %s (%s). Not healthy in the router: %s. Waited %.0fs "
-                    "(rollout_capacity_wait) for capacity to come back; nothing was changed in this batch." % (
-                        ", ".join(leaving) or "nothing", len(remaining), required, required_spec,
-                        ", ".join(unhealthy) or "none" if problem is None else problem, waited))
+                    "capacity guard: taking %s out of the router would leave %d healthy worker(s) of the group's %d "
+                    "host(s), below rollout_min_healthy %s (%d). Unhealthy (probed now): %s. Not in the router: %s. "
+                    "Waited %.0fs (rollout_capacity_wait) for capacity to come back; nothing was changed in this "
+                    "batch." % (", ".join(leaving) or "nothing", len(remaining), len(group), required_spec, required,
+                                "; ".join(unhealthy) or "none", ", ".join(absent) or "none" if problem is None
+                                else problem, waited))
             time.sleep(max(0.0, min(poll, wait - waited)))
+
+    @staticmethod
+    def _group_workers(listed, group, hostvars):
+        """{worker url: host} of the router's workers that belong to a host of the group."""
+        members = {}
+        for host in group:
+            names = set(address.strip("[]").lower() for address in addresses_of(hostvars, host))
+            for worker in listed:
+                url = str(worker.get("url") or "").rstrip("/")
+                if _fleet.url_host(url) in names:
+                    members[url] = host
+        return members
+
+    def _probe_all(self, members, hostvars):
+        """A fresh probe of every worker at once (the router's own health flag lags a stopped server)."""
+        found = {}
+
+        def one(url, host):
+            key = self._templar.template((hostvars.get(host) or {}).get("sglang_api_key") or "")
+            try:
+                found[url] = self._probe(url, key, 5.0)
+            except Exception as exc:  # pylint: disable=broad-except  # a probe that breaks is an unhealthy worker
+                found[url] = (False, str(exc))
+        threads = [threading.Thread(target=one, args=(url, host)) for url, host in members.items()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(15)
+        return dict((url, found.get(url, (False, "no answer within 15s"))) for url in members)
 
     # ------------------------------------------------------------------ finish
 
     def _finish(self, args, task_vars):
+        """The copy's summary, one table, which leases to release (hosts done or never touched), the verdict."""
         run = args.get("run") or {}
         if not run.get("run_dir"):
-            raise ro.RolloutError("finish needs run (the result of state=start)")
+            raise ro.RolloutError("finish needs run (the result of state=prepared)")
         root = os.path.dirname(run["run_dir"])
         with ro.RootLock(root):
             meta, records = ro.write_summary(run)
+            meta.setdefault("run_id", run["run_id"])
             stopped = [r for r in records if r.get("status") in ro.STOPPED_STATUSES]
-            # Neither done (the run could go on past it) nor stopped: not reached, or left mid-way.
             pending = [r["host"] for r in records
                        if r.get("status") not in ro.CONTINUE_STATUSES + ro.STOPPED_STATUSES]
-            # A host lost mid-change is in a state nobody knows: the run keeps the fleet's lock, so
-            # the same command resumes it (and no other rollout starts beside an unknown host).
-            lost = [r["host"] for r in records if r.get("connection_lost") and r.get("status") == "failed"]
+            # A host caught mid-change keeps its lease: its state is known only on it; a re-run resumes it.
+            kept = [r["host"] for r in records if r.get("step") in _fleet.MID_CHANGE_STEPS
+                    or (r.get("connection_lost") and r.get("status") == "failed")]
+            release = [r["host"] for r in records if r["host"] not in kept]
             if run.get("check_mode"):
                 meta["status"] = "check"
-            elif lost:
-                kept = ("connection lost to %s: this run keeps the fleet's lock until it is resumed (the same "
-                        "command) or broken (-e rollout_break_lock=true)" % ", ".join(lost))
-                meta.update(status="interrupted", interrupted=ro.iso(), lost=lost, lock_kept=kept)
+            elif kept:
+                meta.update(status="interrupted", interrupted=ro.iso(), kept_leased=kept)
             else:
-                meta.pop("lost", None)
-                meta.pop("lock_kept", None)
+                meta.pop("kept_leased", None)
                 meta.update(status="failed" if stopped or pending else "finished", finished=ro.iso())
-                lock = ro.read_json(os.path.join(root, ro.LOCK))
-                if lock and lock.get("run_id") == run["run_id"] and lock.get("pid") == os.getppid():
-                    os.unlink(os.path.join(root, ro.LOCK))
             ro.write_json(os.path.join(run["run_dir"], "run.json"), meta)
-            ro.write_summary(run)
-        display.display("\nRollout %s%s:\n%s\nResults: %s/summary.json" % (
+            summary = ro.summarize(meta, records)
+            ro.write_summary_file(os.path.join(run["run_dir"], "summary.json"), summary)
+            ro.write_markdown(os.path.join(run["run_dir"], "summary.md"), summary)
+        display.display("\nRollout %s%s:\n%s\nResults (a copy; the hosts hold the records): %s/summary.json" % (
             run["run_id"], " (check mode: nothing was changed)" if run.get("check_mode") else "", ro.table(records),
             run["run_dir"]))
-        counts = {}
-        for record in records:
-            counts[record.get("status")] = counts.get(record.get("status"), 0) + 1
+        counts = summary["counts"]
         text = ", ".join("%s %s" % (count, status) for status, count in sorted(counts.items()))
+        out = {"records": records, "release": [] if run.get("check_mode") else release, "kept_leased": kept,
+               "summary": ro.stats(summary), "status": meta.get("status")}
         if stopped:
             first = stopped[0]
-            return {"failed": True, "records": records,
-                    "msg": "%s Not reached: %s. (%s)%s" % (first.get("message") or "Rollout stopped at %s: %s" % (
-                        first["host"], first.get("status")), ", ".join(pending) or "none", text,
-                        " " + meta["lock_kept"][0].upper() + meta["lock_kept"][1:] + "."
-                        if meta.get("status") == "interrupted" else "")}
-        if pending and not run.get("check_mode"):
-            return {"failed": True, "records": records,
-                    "msg": "Rollout %s ended with hosts not done: %s (%s)" % (run["run_id"], ", ".join(pending), text)}
-        return {"records": records, "msg": "Rollout %s: %s" % (run["run_id"], text)}
+            out["failed_msg"] = "%s Not reached: %s. (%s)%s" % (
+                first.get("message") or "Rollout stopped at %s: %s" % (first["host"], first.get("status")),
+                ", ".join(pending) or "none", text, " Kept leased (caught mid-change; the same command resumes the "
+                "run): %s." % ", ".join(kept) if kept else "")
+        elif pending and not run.get("check_mode"):
+            out["failed_msg"] = "Rollout %s ended with hosts not done: %s (%s)" % (run["run_id"], ", ".join(pending),
+                                                                                  text)
+        out["msg"] = out.get("failed_msg") or "Rollout %s: %s" % (run["run_id"], text)
+        return out
+
+    # ------------------------------------------------------------------ status (read-only)
+
+    def _status(self, args, task_vars):
+        """Per host: lease, the run and step of its record, settings digest, in the router - like
+        `kubectl rollout status`."""
+        hostvars = task_vars.get("hostvars") or {}
+        workers, problem = self._router_workers(args)
+        rows = []
+        for host in args.get("hosts") or []:
+            state = (hostvars.get(host) or {}).get("sglang_status") or {}
+            record = state.get("record") or {}
+            lease = state.get("lease") or {}
+            listed = None
+            if workers is not None:
+                listed = _fleet.router_url_of(workers, None, record.get("worker_url"), addresses_of(hostvars, host))
+            rows.append({"host": host, "reachable": bool(state) and not state.get("unreachable"),
+                         "run_id": record.get("run_id"), "kind": record.get("kind"), "step": record.get("step"),
+                         "status": record.get("status"), "intent_digest": record.get("intent_digest"),
+                         "in_router": (listed is not None) if workers is not None else None, "router_url": listed,
+                         "lease": lease.get("text") if lease.get("live") else ("expired: %s" % lease.get("text")
+                                                                               if lease else None),
+                         "leased": bool(lease.get("live")), "updated": record.get("updated")})
+        display.display("\n" + ro.status_table(rows))
+        return {"hosts": rows, "router_error": problem, "msg": "%d host(s)" % len(rows)}

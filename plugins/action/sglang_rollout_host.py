@@ -46,14 +46,10 @@ CAPACITY = "Check that the router keeps enough healthy workers while this batch 
 DRAIN = "Take this host out of the router and let it drain"
 REJOIN = "Put this host back into the router"
 
-# The modules every changing host runs on its critical path. The prepare phase builds their
-# payloads into this run's module cache (sglang_rollout state=prepared), so the canary's time out
-# of the router does not include building them.
-CRITICAL_PATH_MODULES = (hp.UNIT_FILES, hp.READY, hp.LAST_GOOD)
-
-
 ARGUMENT_SPEC = dict(
     run=dict(type="dict", required=True),
+    lease=dict(type="dict", required=True),
+    plan=dict(type="dict", default={}),
     capacity=dict(type="dict", default={}),
     router=dict(type="dict", default={}, options=dict(
         url=dict(type="str", default=""),
@@ -74,13 +70,21 @@ class ActionModule(ActionBase):
     def _say(self, text):
         self._runner.say(text)
 
-    def _record(self, step, **values):
+    def _record(self, step, drained_by=None, worker_url=None, on_host=True, **values):
+        """One step in the controller's copy, then on the host (its record, with the lease renewed): a host
+        that cannot be reached, or whose lease was taken over, fails here - before the step's work."""
         values.update(router=self._use_router)
+        if on_host:
+            fields = ro.build_record(self._host, step, values, self._run)
+            # the drain renews nothing while it waits: the lease covers it
+            self._lease.hold(record=ro.host_record(fields, self._run, drained_by=drained_by, worker_url=worker_url),
+                             longer=self._router_args["drain_timeout"] if step == "draining" else 0)
         self._state = ro.record_step(self._run, self._host, step, values)
         return self._state
 
-    def _router(self, state, **extra):
-        params = dict(router_url=self._router_args["url"], worker_url=self._router_args["worker_url"], state=state,
+    def _router(self, state, worker_url=None, **extra):
+        params = dict(router_url=self._router_args["url"], worker_url=worker_url or self._router_args["worker_url"],
+                      state=state,
                       api_key=self._router_args.get("api_key") or None, worker_api_key=self._worker_key,
                       drain_timeout=600, wait_healthy=True, timeout=300, request_timeout=10.0, validate_certs=True)
         params.update(extra)
@@ -120,8 +124,15 @@ class ActionModule(ActionBase):
         self._use_router = bool(self._router_args.get("url"))
         self._runner = ActionRunner(self, task_vars, self._host, boolean(settings.get("sglang_progress", True),
                                                                          strict=False), prefix=PREFIX)
+        holder = dict(args["run"].get("holder") or {}, generation=(args["lease"].get("lease") or args["lease"]).get(
+            "generation"))
+        self._lease = hp.Lease(self._runner.run, settings, holder, time.monotonic)
         self._path = hp.HostPath(self._runner.run, self._runner.wait, settings, drift["prepared"], drift,
-                                 say=self._runner.say, host=self._host)
+                                 say=self._runner.say, host=self._host, lease=self._lease)
+        self._plan = args.get("plan") or {}
+        # The worker the router has for this host now (its current URL, which a port change makes differ from
+        # the one it rejoins with); none when the router does not list it.
+        self._drain_url = self._plan.get("drain_url")
         self._drift = drift
         self._state = {}
         before = ro.read_json(os.path.join(self._run["run_dir"], "%s.json" % self._host)) or {}
@@ -139,17 +150,21 @@ class ActionModule(ActionBase):
             raise hp.StepFailed(CAPACITY, capacity)
         self._path.check_blocking()
         self._path.secret_files()  # a config file that cannot be written fails before the host leaves
-        self._record("draining")
+        out_by = self._run["run_id"] if self._use_router else None
+        # Written on the host first: a host whose SSH is down, or whose lease was taken over, fails here,
+        # before it leaves the router.
+        self._record("draining", drained_by=out_by)
         drained = None
-        if self._use_router:
-            self._say("leaving the router and draining")
-            drained = self._router("absent", drain_timeout=self._router_args["drain_timeout"])
+        if self._use_router and self._drain_url:
+            self._say("leaving the router (%s) and draining" % self._drain_url)
+            drained = self._router("absent", worker_url=self._drain_url,
+                                   drain_timeout=self._router_args["drain_timeout"])
             if drained.get("failed"):
                 raise hp.StepFailed(DRAIN, drained)
         self._path.adopt_last_good()
-        self._record("applying")
+        self._record("applying", drained_by=out_by)
         verified = self._path.apply()
-        self._record("verified", drift=self._drift, verified=verified)
+        self._record("verified", drained_by=out_by, drift=self._drift, verified=verified)
         rejoined_at = None
         if self._use_router:
             self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id")
@@ -158,10 +173,10 @@ class ActionModule(ActionBase):
             self._rejoin()
             rejoined_at = ro.iso()
         saved, error = self._path.save_last_good(verified)
-        self._state = self._record("rejoined", drift=self._drift, verified=verified, drained=drained,
-                                   rejoined_at=rejoined_at, min_ready_seconds=self._path.settings.get(
-                                       "sglang_min_ready_seconds"), recovering=recovering, last_good=saved,
-                                   last_good_error=error)
+        self._state = self._record("rejoined", worker_url=self._router_args.get("worker_url"), drift=self._drift,
+                                   verified=verified, drained=drained, rejoined_at=rejoined_at,
+                                   min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"),
+                                   recovering=recovering, last_good=saved, last_good_error=error)
         self._say(self._state.get("status"))
         status = self._state.get("status")
         return {"msg": "%s: %s (invocation %s)" % (self._host, status, verified.get("invocation_id")),
@@ -192,7 +207,9 @@ class ActionModule(ActionBase):
         if reached == "applying" and not lost and self._path.has_last_good():
             revert = self._path.revert()
         rejoined, kept_out = False, None
-        if self._use_router and not lost and reached == "draining" and self._still_listed():
+        if reached == "prepared" or (reached == "draining" and not self._drain_url):
+            rejoined = self._drain_url is not None  # never taken out (or was not in the router)
+        elif self._use_router and not lost and reached == "draining" and self._still_listed():
             # The drain failed before the worker was removed (its load could not be read): it never left.
             rejoined = True
         elif self._key_differs(revert, reached):
@@ -205,9 +222,17 @@ class ActionModule(ActionBase):
                 (reached == "draining" or (revert or {}).get("healthy")):
             back = self._router("present", timeout=self._router_args["rejoin_timeout"])
             rejoined = not back.get("failed") and "workers" in back
-        self._state = self._record("failed", state_before={"step": reached}, task=failed.step, failure=failure,
-                                   changed=reached == "applying", revert=revert, rejoined_after_revert=rejoined,
-                                   kept_out_of_router=kept_out if self._use_router else None)
+        values = dict(state_before={"step": reached}, task=failed.step, failure=failure, changed=reached == "applying",
+                      revert=revert, rejoined_after_revert=rejoined,
+                      kept_out_of_router=kept_out if self._use_router else None)
+        self._state = self._record("failed", on_host=False, **values)
+        out_by = self._run["run_id"] if self._use_router and self._state.get("in_router") is False else None
+        if not lost and failed.step != hp.HOLD:
+            try:
+                self._lease.hold(record=ro.host_record(self._state, self._run, drained_by=out_by,
+                                                       worker_url=self._router_args.get("worker_url")))
+            except hp.StepFailed as exc:
+                self._state["host_record_error"] = str(exc.result.get("msg"))
         self._say(self._state.get("status"))
         return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
                 "failure": failure, "revert": revert, "record": self._state}

@@ -1,22 +1,22 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The bookkeeping of a rollout on the controller: inputs, lock, run ids, records, summary.
+"""A rollout's inputs, its records and the controller's copy of them.
 
 Private to this collection: no compatibility promise. Pure functions plus file I/O under one
-results root, used by the ``sglang_rollout`` action plugin.
+results directory, used by the ``sglang_rollout`` and ``sglang_rollout_host`` action plugins.
 
-Layout of a results root (``rollout_results_dir``)::
+The fleet is the source of truth: each host holds its lease and its record
+(module_utils/_lease.py); router membership comes from the router. The results directory
+(``rollout_results_dir``) is a copy for people, written as the run goes::
 
-    lock.json                  who rolls out now (run id, controller, pid + its start, user, time)
-    fleet/<host>.json          the last known state of each host, whichever run left it
     <run id>/<host>.json       what this run did on the host (rewritten at every step)
     <run id>/summary.json      every host file of the run, regenerated with each write
-    <run id>/run.json          the run itself: status, request, resumed from, lock broken
+    <run id>/summary.md        the same as a table
+    <run id>/run.json          the run itself: status, request, what it resumed
 
-Every file is written to a temporary name and renamed, under an fcntl lock of the root, so a
-reader (or an interrupted run) never sees a half-written record and the summary always agrees
-with the host files.
+Every file is written to a temporary name and renamed, under an fcntl lock of the directory, so a
+reader never sees a half-written record and the summary always agrees with the host files.
 """
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ import json
 import os
 import re
 import secrets
-import socket
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _files
 from ansible_collections.gpufleet.inference.plugins.module_utils._flags import SETTING_KEYS
@@ -34,8 +33,6 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._records import
 
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-LOCK = "lock.json"
-FLEET = "fleet"
 
 
 class RolloutError(Exception):
@@ -65,6 +62,14 @@ def parse_count(value, name, allow_zero=True):
     if number < (0 if allow_zero else 1):
         raise RolloutError("%s must be %s, got %r" % (name, "0 or more" if allow_zero else "1 or more", value))
     return number
+
+
+def parse_seconds(value, name, minimum=0):
+    """A whole number of seconds >= minimum (an int, or its text from -e k=v)."""
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit() or int(text) < minimum:
+        raise RolloutError("%s must be a whole number of seconds, %d or more; got %r" % (name, minimum, value))
+    return int(text)
 
 
 def parse_batches(value):
@@ -134,8 +139,8 @@ def new_run_id(moment=None):
 
 
 def check_run_id(run_id):
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id) or run_id in (FLEET,):
-        raise RolloutError("rollout_run_id %r must be letters, digits, '.', '_' or '-' (and not %r)" % (run_id, FLEET))
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise RolloutError("rollout_run_id %r must be letters, digits, '.', '_' or '-'" % (run_id,))
     return run_id
 
 
@@ -153,7 +158,7 @@ def read_json(path, default=None):
 
 
 class RootLock(object):
-    """An fcntl lock on the results root: one writer at a time across the controller's forks."""
+    """An fcntl lock on the results directory: one writer of the copy at a time across the controller's forks."""
 
     def __init__(self, root):
         self.root = root
@@ -171,67 +176,6 @@ class RootLock(object):
         self.handle.close()
 
 
-# ------------------------------------------------------------------------------ the fleet lock
-
-def process_start(pid, proc="/proc"):
-    """The start time of a process in clock ticks since boot (tells a reused PID apart), or None."""
-    try:
-        with open(os.path.join(proc, str(pid), "stat")) as handle:
-            return int(handle.read().rsplit(")", 1)[-1].split()[19])
-    except (IOError, OSError, ValueError, IndexError):
-        return None
-
-
-def holder_alive(lock, controller=None, proc="/proc"):
-    """True/False for a lock taken on this controller, None when its liveness cannot be told here."""
-    if lock.get("controller") != (controller or socket.gethostname()):
-        return None
-    start = process_start(lock.get("pid"), proc)
-    return start is not None and start == lock.get("pid_start")
-
-
-def lock_age_hours(lock, now=None):
-    started = parse_iso(lock.get("started"))
-    if started is None:
-        return None
-    return ((now or utc_now()) - started).total_seconds() / 3600.0
-
-
-def describe_lock(lock):
-    return "run %s (pid %s on %s, user %s, started %s)" % (lock.get("run_id"), lock.get("pid"),
-                                                           lock.get("controller"), lock.get("user"),
-                                                           lock.get("started"))
-
-
-def decide_lock(lock, requested_run_id, break_lock, max_age_hours, alive, age_hours, run_finished):
-    """What to do about an existing lock: ('take', note) to resume or break it, else RolloutError.
-
-    A lock whose holder is alive is never taken. One whose holder is gone (an interrupted run)
-    is resumed by the next rollout with the same results root (its run id is kept), or broken
-    with break_lock (a new run). A lock whose holder cannot be checked (another controller) or
-    that is older than max_age_hours is only broken explicitly.
-    """
-    who = describe_lock(lock)
-    if alive is True:
-        old = age_hours is not None and age_hours > max_age_hours
-        raise RolloutError("another rollout holds this fleet's lock: %s%s. Wait for it to end (or stop that "
-                           "process); a rollout never runs beside another." % (
-                               who, "; it is %.0f hours old: if it hangs, stop it, then re-run" % age_hours
-                               if old else ""))
-    if break_lock:
-        return "take", "broke the lock of %s (rollout_break_lock)" % who
-    if alive is None:
-        raise RolloutError("the fleet's lock is held by %s on another controller; its process cannot be checked "
-                           "from here. If it is gone, re-run with -e rollout_break_lock=true." % who)
-    if requested_run_id and requested_run_id != lock.get("run_id"):
-        raise RolloutError("the fleet's lock is held by %s, which was interrupted (its process is gone), not by "
-                           "rollout_run_id %s. Resume it by re-running without rollout_run_id, or break it with "
-                           "-e rollout_break_lock=true." % (who, requested_run_id))
-    if run_finished:
-        return "take", "took over the lock of %s, left behind after it finished" % who
-    return "resume", "resuming %s: it was interrupted (its controller process is gone)" % who
-
-
 # ------------------------------------------------------------------------------ records
 
 # step -> (in_router, what runs on the host, status while at that step)
@@ -244,7 +188,7 @@ STEPS = {
 # A host at one of these lets the rollout go on to the next batch (its record's continue_rollout,
 # which the playbook and the finish step read; any other status stops the run).
 CONTINUE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
-                     "unchanged (not verified)")
+                     "unchanged (not verified)", "unchanged (verified), out of the router")
 # A host at one of these stopped the rollout (the run fails).
 STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted")
 
@@ -297,28 +241,31 @@ def table(records):
 
 
 def record_step(run, host, step, args):
-    """Write one step of a host: its record, the fleet's ledger and the run's summary (under the
-    root's lock); returns the merged record."""
+    """Write one step of a host into the controller's copy (its record and the run's summary, under the
+    directory's lock); returns the merged record, which the caller also writes on the host."""
     if not run.get("run_dir"):
         raise RolloutError("record needs run (the result of state=start)")
     root = os.path.dirname(run["run_dir"])
     with RootLock(root):
-        # Where the host was left by any run (read before this step overwrites it): a host a run left
-        # out of the router must change even when its settings are in sync.
-        ledger = read_json(os.path.join(root, FLEET, "%s.json" % host)) if step == "prepared" else None
-        record = build_record(host, step, args, run, ledger)
+        record = build_record(host, step, args, run)
         path = os.path.join(run["run_dir"], "%s.json" % host)
         merged = dict(read_json(path) or {}, **record)
         merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": iso(), "status": merged["status"]}]
         merged["continue_rollout"] = merged["status"] in CONTINUE_STATUSES
         write_json(path, merged)
-        if not run.get("check_mode"):  # the fleet's ledger: where each host was left, by any run
-            write_json(os.path.join(root, FLEET, "%s.json" % host), {
-                "host": host, "run_id": run["run_id"], "step": step, "status": merged["status"],
-                "failed_step": merged.get("failed_step") if step == "failed" else None,
-                "in_router": merged.get("in_router"), "runs": merged.get("runs"), "at": iso()})
         update_summary(run, merged)
     return merged
+
+
+def host_record(merged, run, drained_by=None, worker_url=None):
+    """What the host keeps of a step in its own record (sglang_lease's record): enough for any controller
+    to tell where it is, which run left it there, and whether this collection took it out of the router."""
+    keys = ("step", "status", "in_router", "old_invocation", "new_invocation", "runs", "failed_step", "outcome",
+            "connection_lost", "reverted", "recovering")
+    record = dict((key, merged.get(key)) for key in keys if merged.get(key) is not None)
+    record.update(kind="rollout", run_id=run.get("run_id"), drained_by=drained_by, worker_url=worker_url,
+                  intent_digest=(run.get("digests") or {}).get(merged.get("host")))
+    return record
 
 
 def update_summary(run, record):
@@ -333,30 +280,34 @@ def update_summary(run, record):
     return summary.get("run") or {}, records
 
 
-def build_record(host, step, args, run, ledger=None):
-    """The record of a host at `step` from that step's values (drift, verified, failure...);
-    `ledger` is the host's entry in the fleet's ledger (read at step prepared)."""
+def build_record(host, step, args, run):
+    """The record of a host at `step` from that step's values (drift, verified, failure...; at step
+    prepared, ``plan``: the host's entry of the run's plan, _fleet.plan)."""
     drift = args.get("drift") or {}
-    ledger = ledger or {}
     record = {"host": host, "run_id": run.get("run_id")}
     if step == "prepared":
-        left_out = ledger.get("in_router") is False
+        planned = args.get("plan") or {}
+        action = planned.get("action", "apply" if not drift.get("in_sync") else "keep")
         if run.get("check_mode"):
-            status = "in sync" if drift.get("in_sync") and not left_out else "would change"
-        elif drift.get("in_sync") and not left_out:
+            status = "in sync" if action in ("keep", "left_out") else "would change"
+        elif action == "keep":
             status = "unchanged (verified)"
+        elif action == "left_out":
+            status = "unchanged (verified), out of the router"
         else:
             status = "pending"
+        router = bool(args.get("router"))
         record.update(status=status, step=step, old_invocation=drift.get("invocation_id"),
-                      endpoint=args.get("endpoint"),
-                      observed=drift.get("observed"), differences=drift.get("differences") or [],
-                      restart_pending=drift.get("restart_pending"), drift_verdict=drift.get("verdict"),
-                      in_router=None if not args.get("router") else (False if left_out else None))
-        if left_out:
-            record["recovering"] = ("left out of the router by run %s at step %s (%s); it is brought to the "
-                                    "intended settings, verified and put back" % (
-                                        ledger.get("run_id"), ledger.get("failed_step") or ledger.get("step"),
-                                        ledger.get("at")))
+                      endpoint=args.get("endpoint"), observed=drift.get("observed"),
+                      differences=drift.get("differences") or [], restart_pending=drift.get("restart_pending"),
+                      drift_verdict=drift.get("verdict"), in_router=(planned.get("drain_url") is not None)
+                      if router else None, router_url=planned.get("drain_url"), plan=planned.get("reason"))
+        if action == "recover":
+            record["recovering"] = planned.get("reason")
+        earlier = planned.get("earlier") or {}
+        if action == "keep" and earlier.get("status") and not run.get("check_mode"):
+            record.update(status=earlier["status"], old_invocation=earlier.get("old_invocation"),
+                          new_invocation=earlier.get("new_invocation"), plan="done before the run was interrupted")
         return record
     if step in STEPS:
         in_router, runs, status = STEPS[step]
@@ -423,13 +374,13 @@ def failure_record(record, args):
         in_router = False
         runs = STEPS["verified"][1]
     elif lost:
+        # Before its first step nothing on the host was touched: it runs what it ran.
+        runs = STEPS[reached][1] if reached in STEPS else "the previous unit (unchanged)"
         outcome = ("the connection to the host was lost at step %s: nothing more is known of it; it %s and "
                    "runs %s. Re-run the rollout when it is reachable: it resumes this run" % (
                        reached or "prepared", "is OUT of the router" if router and left else
-                       "was not taken out of the router" if router else "was not reverted",
-                       STEPS.get(reached, (None, "the previous unit"))[1]))
-        status, in_router, runs = "failed", ((not left) if router else None), \
-            STEPS.get(reached, (None, "unknown", None))[1]
+                       "was not taken out of the router" if router else "was not reverted", runs))
+        status, in_router = "failed", ((not left) if router else None)
     elif not args.get("changed"):
         status, outcome = "failed", "nothing on the host had changed; no revert needed"
         in_router = (rejoined or not left) if router else None
@@ -478,3 +429,45 @@ def write_summary(run):
     meta = read_json(os.path.join(run_dir, "run.json"), {})
     write_summary_file(os.path.join(run_dir, "summary.json"), summarize(meta, records))
     return meta, records
+
+
+def markdown(summary):
+    """summary.md: the run and one table row per host, for people (the JSON is for tools)."""
+    run = summary.get("run") or {}
+    lines = ["# Rollout %s" % run.get("run_id", "?"), "",
+             "Status: %s. Controller: %s, user %s%s." % (run.get("status", "?"), run.get("controller", "?"),
+                                                       run.get("user", "?"),
+                                                       ", AWX job %s" % run["job"] if run.get("job") else ""), "",
+             "| host | status | old -> new invocation | ready | in router | note |",
+             "|---|---|---|---|---|---|"]
+    for record in summary.get("hosts") or []:
+        ready = record.get("time_to_ready")
+        note = record.get("outcome") or record.get("recovering") or record.get("plan") or ""
+        lines.append("| %s | %s | %s -> %s | %s | %s | %s |" % (
+            record.get("host"), record.get("status"), (record.get("old_invocation") or "-")[:8],
+            (record.get("new_invocation") or "-")[:8], "%.1fs" % ready if isinstance(ready, (int, float)) else "-",
+            {True: "yes", False: "NO"}.get(record.get("in_router"), "-"), str(note).replace("|", "/")))
+    return "\n".join(lines) + "\n"
+
+
+def write_markdown(path, summary):
+    _files.write_atomic(path, markdown(summary).encode("utf-8"), 0o644)
+
+
+def stats(summary):
+    """What AWX keeps of the run (set_stats, the job's artifacts): the run, the counts, one line per host."""
+    run = summary.get("run") or {}
+    return {"run_id": run.get("run_id"), "status": run.get("status"), "counts": summary.get("counts"),
+            "hosts": dict((record.get("host"), record.get("status")) for record in summary.get("hosts") or [])}
+
+
+def status_table(rows):
+    """gpufleet.inference.status: host, lease, run, step, status, settings digest, in the router."""
+    table_rows = [("host", "run", "step", "status", "settings", "in router", "lease")]
+    for row in rows:
+        table_rows.append((row["host"], row.get("run_id") or "-", row.get("step") or "-", row.get("status") or "-",
+                           row.get("intent_digest") or "-", {True: "yes", False: "NO"}.get(row.get("in_router"), "-"),
+                           row.get("lease") or "-"))
+    widths = [max(len(str(row[i])) for row in table_rows) for i in range(len(table_rows[0]))]
+    return "\n".join("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+                     for row in table_rows)

@@ -7,31 +7,36 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: sglang_rollout
-short_description: The controller's bookkeeping of a rollout - lock, records, capacity guard, summary
+short_description: The controller's side of a rollout - the plan from what the fleet holds, the capacity guard, the copy
 version_added: 0.1.0
 description:
-  - Used by the playbook C(gpufleet.inference.rollout); runs on the controller only (an action plugin), so it
-    works whatever host the task is for.
-  - V(start) checks the rollout's variables (plain errors, before anything changes), takes the fleet's lock
-    (C(<results_dir>/lock.json) - run id, controller, PID and its start time, user, time) and names the run. A lock
-    whose process is alive is never taken. A lock left by an interrupted run (its process is gone) is taken by the next
-    rollout, which resumes that run (same run id, same records). A lock of another controller, or one older than
-    O(lock_max_age), is only taken with O(break_lock). Run ids are unique even for runs started in the same second.
-    In check mode no lock is taken and the run is a check run (C(<run id>-check)).
-  - V(record) writes what a host's step is - before each step that can leave the host worse - to
-    C(<run dir>/<host>.json), the fleet's ledger C(<results_dir>/fleet/<host>.json) (where each host was left,
-    whichever run left it) and C(<run dir>/summary.json), atomically and under a lock, so the summary always agrees
-    with the host files. It sets the fact C(rollout_host_state).
-  - V(prepared) records every host of the prepare phase in one task (run once) from each host's C(sglang_drift) and
-    C(sglang_endpoint) facts and its entry in the fleet's ledger (read before it is rewritten - a host an earlier run
-    left out of the router changes even when in sync), and returns RV(apply) - the hosts that must change, in the
-    order of O(hosts) - or no host when one of them failed (its C(rollout_host_state) says so) or left the prepare
-    phase without a result; and RV(worker_urls) for the capacity guard.
-  - V(capacity) reads the router's workers and their health and fails, naming the unhealthy hosts, when taking
-    O(leaving) out would leave fewer than O(min_healthy) healthy workers of the group, after waiting
-    O(capacity_wait) seconds for capacity to come back.
-  - V(finish) writes the final summary, prints one table (host, status, old -> new InvocationID, time to ready, config
-    seen), releases the lock, and fails when a host failed.
+  - Used by the playbooks C(gpufleet.inference.rollout) and C(gpufleet.inference.status); runs on the controller only
+    (an action plugin). The fleet is the source of truth - each host's lease and record (M(gpufleet.inference.sglang_lease),
+    next to its last-known-good copy) and the router's own list of workers - so any controller (a laptop, a bastion, an
+    AWX job in a fresh container) plans, resumes or reports the same run. The results directory is a copy for people
+    (JSON and Markdown).
+  - V(start) checks the rollout's variables (plain errors, before anything is asked of a host) and names the run and
+    its holder - kind, run id, a session id of this ansible-playbook run, controller, user, AWX job id. It writes
+    nothing. In check mode the run is a check run (C(<run id>-check)).
+  - V(record) keeps a host's prepare-phase failure as the fact C(rollout_host_state) until V(prepared) writes the copy.
+  - V(prepared) plans the run from each host's C(sglang_drift) (its lease and record), the records of the group's hosts
+    the run leaves out (O(outside)) and the router's workers. It refuses, naming the holder, a host leased by a live
+    holder of another session; it resumes an interrupted run only when its intent (settings digest) is the one each
+    host it left mid-change was left with, and refuses otherwise (O(takeover) brings those hosts to the new settings
+    instead); it refuses a run id that holds no host mid-change (a finished run is never reopened) and a run that
+    leaves out a host an interrupted run left mid-change. The worker to drain is the one the router has for the host
+    now. A host this collection took out of the router and left out is brought back; one taken out by someone else is
+    reported and left out. When a host failed or was lost in the prepare phase nothing is leased or changed.
+  - V(leased) checks that every host of the run was leased (all or none) and names the hosts to release otherwise.
+  - V(capacity) counts the whole group (O(group); not only the play's hosts - C(--limit) changes nothing), takes
+    membership from the router and health from a fresh C(/generate) probe of each of the group's workers (the
+    router's own health flag lags a stopped server), and fails, naming the unhealthy hosts and how, when taking
+    O(leaving) out would leave fewer than O(min_healthy) healthy workers, after waiting O(capacity_wait) seconds.
+  - V(finish) writes the copy (C(summary.json), C(summary.md)), prints one table, returns the leases to release (a
+    host caught mid-change keeps its lease until a re-run brings it back), the summary for C(set_stats), and the
+    message to fail with when a host failed.
+  - V(status) is read-only - per host, its lease, the run, step and status of its record, settings digest and router
+    membership (like C(kubectl rollout status)).
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -43,12 +48,18 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, prepared, record, capacity, finish]
+    choices: [start, record, prepared, leased, capacity, finish, status]
   results_dir:
-    description: The results root (V(start)).
+    description: Where the copy of the run's records is written (V(start)).
     type: path
   hosts:
-    description: The hosts of the rollout (V(start)), in inventory order (V(prepared)).
+    description: The hosts of the run (V(start), V(prepared), V(leased), V(status)), in inventory order.
+    type: list
+    elements: str
+  group:
+    description:
+      - Every host of the rollout's group, whatever C(--limit) says (V(start), V(capacity)). The capacity guard counts
+        it, and V(prepared) reads the records of its hosts the run leaves out.
     type: list
     elements: str
   batches:
@@ -63,60 +74,81 @@ options:
     description: Seconds to wait for capacity to come back (V(start), V(capacity)).
     type: float
   run_id:
-    description: Resume or name a run (V(start)).
+    description: The interrupted run to resume (V(start)); refused unless it left a host of this run mid-change.
     type: str
-  break_lock:
-    description: Take a lock whose holder cannot be checked or is gone, starting a new run (V(start)).
+  takeover:
+    description: Bring the hosts an interrupted run left mid-change to this run's settings instead of refusing (V(start)).
     type: bool
-  lock_max_age:
-    description: Hours after which a held lock is reported as stale (V(start)).
-    type: float
+  break_lease:
+    description: Take the hosts even when a live holder leases them (V(start)); its lease records the break.
+    type: bool
+  lease_seconds:
+    description: How long a lease of a host being changed lasts between two renewals (V(start)).
+    type: int
+  batch_timeouts:
+    description:
+      - What bounds a batch (V(start)) - C(drain), C(ready), C(settle), C(rejoin) seconds and C(rejoin_retries). With
+        O(capacity_wait) they make the longest a batch may take; a host of a later batch is leased for O(lease_seconds)
+        plus that, and renewed at each batch's start.
+    type: dict
   alive:
     description: The hosts still in the play (V(prepared)) - C(ansible_play_hosts); the others were lost.
     type: list
     elements: str
+  outside:
+    description: The results of M(gpufleet.inference.sglang_lease) C(state=query) on the group's hosts the run leaves out (V(prepared)).
+    type: list
+    elements: dict
   run:
-    description: The result of V(start) (V(prepared), V(record), V(finish)).
+    description: The run - the result of V(start) (V(prepared)), then RV(run) of V(prepared) (V(finish)).
     type: dict
-  step:
-    description: The step to record - V(prepared), V(draining), V(applying), V(verified), V(rejoined), V(failed).
+  task:
+    description: The task that failed (V(record)).
     type: str
-  drift:
-    description: The host's C(sglang_drift) fact (V(record)).
-    type: dict
-  verified:
-    description: The host's C(sglang_verified) fact (V(record)).
-    type: dict
-  endpoint:
-    description: The host's C(sglang_endpoint) fact (V(record)).
+  failure:
+    description: The failed task's result (V(record)).
     type: dict
   router:
-    description: Whether the rollout drains hosts through a router (V(prepared), V(record)).
+    description: Whether the rollout drains hosts through a router (V(record)).
     type: bool
   router_url:
-    description: The router (V(capacity)).
+    description: The router (V(prepared), V(capacity), V(status)).
     type: str
-  api_key:
-    description: The router's control-plane key (V(capacity)).
+  router_api_key:
+    description: The router's control-plane key.
     type: str
-  workers:
-    description: Worker URLs of the whole group (V(capacity)).
-    type: list
-    elements: str
   leaving:
     description: Worker URLs about to leave the router (V(capacity)).
     type: list
     elements: str
+  poll:
+    description: Seconds between two looks of the capacity guard (V(capacity)).
+    type: float
+    default: 2
+notes:
+  - What "the fleet" is for a lease - M(gpufleet.inference.sglang_lease) leases one host (one unit). Two runs over
+    disjoint hosts behind one router may run at once; each one's capacity guard counts the whole group and probes
+    each worker itself, so each sees what the other took out - but two guards that run at the same instant can both
+    see the same spare worker. Give such runs one group (C(rollout_hosts)) so they lease the same hosts, or set
+    O(min_healthy) with a worker of margin.
 """
 
 EXAMPLES = r"""
-- name: Take the fleet's lock
+- name: Check the rollout's variables
   gpufleet.inference.sglang_rollout:
     state: start
     hosts: "{{ ansible_play_hosts_all }}"
+    group: "{{ query('ansible.builtin.inventory_hostnames', 'gpu') }}"
     batches: [1, "25%"]
     results_dir: /srv/rollouts
   register: rollout_run
+  run_once: true
+
+- name: Show the fleet's rollout status
+  gpufleet.inference.sglang_rollout:
+    state: status
+    hosts: "{{ ansible_play_hosts_all }}"
+    router_url: "{{ sglang_router_url | default('') }}"
   run_once: true
 """
 
@@ -126,37 +158,48 @@ run_id:
   returned: state=start
   type: str
   sample: 20261201T101500Z-3fa2c1
-run_dir:
-  description: Where the run's records are (V(start)).
-  returned: state=start
-  type: str
-resumed:
-  description: Whether this run resumes an interrupted one (V(start)).
-  returned: state=start
-  type: bool
+holder:
+  description: Who runs it - kind, run_id, session, controller, user, job (V(start), V(prepared)).
+  returned: state=start or state=prepared
+  type: dict
+run:
+  description: The run as planned (V(prepared)) - its id (the interrupted run's when it resumes), copy directory, digests.
+  returned: state=prepared
+  type: dict
 batches:
   description: The checked batches, for the play's C(serial).
   returned: state=start
   type: list
   elements: raw
-record:
-  description: The host's record after this step (V(record)).
-  returned: state=record
-  type: dict
+pending_lease_seconds:
+  description: How long a host of a later batch is leased for between two renewals (V(start)).
+  returned: state=start
+  type: int
 apply:
   description: The hosts that must change, in inventory order; empty when a host failed in the prepare phase (V(prepared)).
   returned: state=prepared
   type: list
   elements: str
-worker_urls:
-  description:
-    - The router's worker URL of each host that was compared (V(prepared)), for the capacity guard of each batch.
+plan:
+  description: Per host - action (apply, recover, keep, left_out), reason, the worker URL the router has for it (drain_url).
   returned: state=prepared
   type: dict
-  sample: {gpu-1: "http://10.0.0.1:30000"}
 records:
-  description: Every host record of the run (V(finish)).
+  description: Per host, the record the lease task writes on it (V(prepared)); every record of the run (V(finish)).
+  returned: state=prepared or state=finish
+  type: raw
+release:
+  description: The hosts whose lease to release (V(leased) when not all were leased, V(finish)).
+  returned: state=leased or state=finish
+  type: list
+  elements: str
+summary:
+  description: The run's summary for C(set_stats) (AWX shows it as the job's artifacts) (V(finish)).
   returned: state=finish
+  type: dict
+hosts:
+  description: One row per host - lease, run, step, status, digest, in the router (V(status)).
+  returned: state=status
   type: list
   elements: dict
 """

@@ -1,29 +1,33 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The rollout's controller side: inputs, the fleet lock, records (host files, ledger, summary that
-agree), the capacity guard and the end of a run - on real files under tmp_path."""
+"""The rollout's controller side: inputs, the run's plan from what the fleet holds (hosts' leases and
+records, the router), all-or-none leases, the capacity guard over the group, the end, the status view -
+with the copy of the records on real files under tmp_path."""
 import json
-import os
+import re
 
 import pytest
 
 import fakes
-from ansible_collections.gpufleet.inference.plugins.action.sglang_rollout_host import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.action import sglang_rollout as action_mod
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
+from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
+from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
 
 HOSTS = ["gpu-1", "gpu-2"]
+URL = {"gpu-1": "http://10.0.0.1:30000", "gpu-2": "http://10.0.0.2:30000", "gpu-3": "http://10.0.0.3:30000",
+       "gpu-4": "http://10.0.0.4:30000"}
 DRIFT = {"invocation_id": "old1", "in_sync": False, "verdict": "drifted", "observed": {"draft_window_size": 1024},
          "differences": [{"what": "config line", "key": "draft_window_size", "expected": 2048, "observed": 1024}],
-         "restart_pending": False}
+         "restart_pending": False, "lease": None, "record": None}
 VERIFIED = {"verdict": "pass", "verified": True, "invocation_id": "new1", "source": "journal",
             "observed": {"draft_window_size": 2048}, "config_line_mode": "required",
             "phases": {"generate": {"elapsed": 12.5}}, "msg": "ok"}
 
 
-def act(args, check_mode=False, host="gpu-1"):
+def act(args, check_mode=False, host="gpu-1", **task_vars):
     action = fakes.make_action(action_mod, args, check_mode, action="gpufleet.inference.sglang_rollout")
-    return action.run(task_vars={"inventory_hostname": host})
+    return action.run(task_vars=dict(task_vars, inventory_hostname=host))
 
 
 @pytest.fixture
@@ -34,251 +38,17 @@ def shown(monkeypatch):
     return lines
 
 
-def start(root, **over):
-    args = dict(state="start", hosts=HOSTS, results_dir=str(root))
-    args.update(over)
-    return act(args, check_mode=over.pop("check_mode", False) if "check_mode" in over else False)
-
-
-def record(run, step, host="gpu-1", **args):
-    return act(dict(state="record", run=run, step=step, **args), host=host)
-
-
-def test_start_takes_the_lock_names_the_run_and_checks_inputs(tmp_path, shown):
-    run = start(tmp_path, batches="[1, '25%']", min_healthy="50%")
-    assert not run.get("failed"), run
-    assert run["batches"] == [1, "25%"] and run["min_healthy"] == "50%" and not run["resumed"]
-    lock = json.loads((tmp_path / "lock.json").read_text())
-    assert lock["run_id"] == run["run_id"] and lock["pid"] == os.getppid()
-    assert lock["pid_start"] == ro.process_start(os.getppid())
-    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "running"
-
-
-@pytest.mark.parametrize("over,message", [
-    ({"batches": [0]}, r"rollout_batches\[0\] must be 1 or more"),
-    ({"batches": ["abc"]}, "rollout_batches"),
-    ({"min_healthy": "x"}, "rollout_min_healthy"),
-    ({"run_id": "../escape"}, "rollout_run_id"),
-])
-def test_bad_inputs_fail_before_any_lock(tmp_path, shown, over, message):
-    result = start(tmp_path, **over)
-    assert result["failed"] and __import__("re").search(message, result["msg"]), result
-    assert not (tmp_path / "lock.json").exists()
-
-
-def test_a_second_rollout_is_refused_naming_the_holder(tmp_path, shown):
-    first = start(tmp_path)
-    second = start(tmp_path)
-    assert second["failed"] and "another rollout holds this fleet's lock: run %s" % first["run_id"] in second["msg"]
-    assert json.loads((tmp_path / "lock.json").read_text())["run_id"] == first["run_id"]
-
-
-def test_an_interrupted_run_is_resumed_with_its_records(tmp_path, shown):
-    first = start(tmp_path)
-    record(first, "draining", router=True)
-    # the controller died: its PID no longer runs what started the lock
-    lock = json.loads((tmp_path / "lock.json").read_text())
-    lock["pid_start"] = -1
-    (tmp_path / "lock.json").write_text(json.dumps(lock))
-    again = start(tmp_path)
-    assert again["run_id"] == first["run_id"] and again["resumed"]
-    assert any("resuming run %s" % first["run_id"] in line for line in shown)
-    ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
-    assert ledger["in_router"] is False and ledger["step"] == "draining" and "fleet" not in again
-    meta = json.loads((tmp_path / first["run_id"] / "run.json").read_text())
-    assert meta["resumes"] and "interrupted" in meta["resumes"][0]["note"]
-
-
-def test_break_lock_abandons_the_old_run(tmp_path, shown):
-    first = start(tmp_path)
-    lock = json.loads((tmp_path / "lock.json").read_text())
-    lock["controller"] = "another-controller"
-    (tmp_path / "lock.json").write_text(json.dumps(lock))
-    refused = start(tmp_path)
-    assert refused["failed"] and "rollout_break_lock=true" in refused["msg"]
-    fresh = start(tmp_path, break_lock=True)
-    assert fresh["run_id"] != first["run_id"] and not fresh["resumed"]
-    assert json.loads((tmp_path / first["run_id"] / "run.json").read_text())["status"] == "abandoned"
-    assert json.loads((tmp_path / fresh["run_id"] / "run.json").read_text())["broke_lock_of"]["run_id"] == \
-        first["run_id"]
-
-
-def test_check_mode_takes_no_lock_and_marks_its_run(tmp_path, shown):
-    run = act(dict(state="start", hosts=HOSTS, results_dir=str(tmp_path)), check_mode=True)
-    assert run["check_mode"] and run["run_id"].endswith("-check")
-    assert not (tmp_path / "lock.json").exists()
-    out = record(run, "prepared", drift=DRIFT)
-    assert out["record"]["status"] == "would change" and out["record"]["differences"]
-    assert not (tmp_path / "fleet").exists()  # a check run never touches the ledger
-    final = act(dict(state="finish", run=run))
-    assert not final.get("failed") and "check mode: nothing was changed" in shown[-1]
-    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "check"
-
-
-def test_records_ledger_and_summary_agree_at_every_step(tmp_path, shown):
-    run = start(tmp_path)
-    for host in HOSTS:
-        record(run, "prepared", host=host, drift=DRIFT, router=True, endpoint={"url": "u", "worker_url": "w"})
-    steps = [("draining", False, "in progress"), ("applying", False, "in progress"),
-             ("verified", False, "verified, not rejoined"), ("rejoined", True, "updated")]
-    for step, in_router, status in steps:
-        out = record(run, step, drift=DRIFT, verified=VERIFIED, router=True, last_good={"exists": True})
-        host_file = json.loads((tmp_path / run["run_id"] / "gpu-1.json").read_text())
-        ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
-        summary = json.loads((tmp_path / run["run_id"] / "summary.json").read_text())
-        assert host_file["status"] == ledger["status"] == status == out["ansible_facts"]["rollout_host_state"]["status"]
-        assert host_file["in_router"] is ledger["in_router"] is in_router
-        assert [h for h in summary["hosts"] if h["host"] == "gpu-1"][0] == host_file
-        assert sum(summary["counts"].values()) == 2
-    assert host_file["new_invocation"] == "new1" and host_file["time_to_ready"] == 12.5 and host_file["restarted"]
-    assert host_file["last_good_saved"] is True and host_file["endpoint"] == {"url": "u", "worker_url": "w"}
-    assert [s["step"] for s in host_file["steps"]] == ["prepared", "draining", "applying", "verified", "rejoined"]
-
-
-def test_recovered_and_unchanged_hosts_are_named(tmp_path, shown):
-    run = start(tmp_path)
-    # The ledger as an earlier run left it (a lost host, out of the router), read at step prepared.
-    (tmp_path / "fleet").mkdir(exist_ok=True)
-    (tmp_path / "fleet" / "gpu-1.json").write_text(json.dumps(
-        {"host": "gpu-1", "run_id": "OLD", "step": "applying", "in_router": False, "at": "t"}))
-    out = record(run, "prepared", drift=dict(DRIFT, in_sync=True), router=True)
-    assert out["record"]["status"] == "pending" and "left out of the router by run OLD" in out["record"]["recovering"]
-    done = record(run, "rejoined", drift=dict(DRIFT, invocation_id="new1"), verified=VERIFIED, router=True,
-                  recovering=True)
-    assert done["record"]["status"] == "recovered"
-    in_sync = record(run, "prepared", host="gpu-2", drift=dict(DRIFT, in_sync=True), router=True)
-    assert in_sync["record"]["status"] == "unchanged (verified)"
-
-
-@pytest.mark.parametrize("reached,failure,revert,changed,status,phrases", [
-    ("verified", {"msg": "router paused"}, None, True, "verified, not rejoined",
-     ["was NOT reverted", "serves no router traffic"]),
-    ("applying", {"verdict": "connection_lost", "msg": "connection to gpu-1 lost"}, None, True, "failed",
-     ["connection to the host was lost at step applying", "OUT of the router"]),
-    ("applying", {"msg": "mismatch"}, {"healthy": True, "invocation_id": "rev1", "observed": {"w": 1},
-                                       "verdict": "pass"}, True, "reverted",
-     ["reverted to the last-known-good unit: invocation rev1", "back in the router"]),
-    ("applying", {"msg": "mismatch"}, {"healthy": False, "verdict": "died",
-                                       "msg": "sglang serve: error: unrecognized arguments: --bogus-flag x"},
-     True, "failed", ["revert to the last-known-good unit FAILED too (died): sglang serve: error: unrecognized",
-                      "OUT of the router, serving nothing"]),
-    ("applying", {"msg": "mismatch"}, None, True, "failed", ["NO last-known-good unit"]),
-    ("draining", {"msg": "drain timed out"}, None, False, "failed", ["nothing on the host had changed"]),
-])
-def test_failure_records_say_what_runs_and_where(tmp_path, shown, reached, failure, revert, changed, status, phrases):
-    run = start(tmp_path)
-    args = dict(state_before={"step": reached}, task="Wait until the new SGLang process runs the intended settings",
-                failure=failure, changed=changed, router=True,
-                rejoined_after_revert=bool(revert and revert.get("healthy")))
-    if revert is not None:
-        args["revert"] = revert
-    out = record(run, "failed", **args)["record"]
-    assert out["status"] == status, out
-    for phrase in phrases:
-        assert phrase in out["message"], (phrase, out["message"])
-    assert out["message"].startswith("Rollout stopped at gpu-1: Wait until the new SGLang process")
-    assert out["reverted"] is bool(revert and revert.get("healthy"))
-    ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
-    assert ledger["status"] == status and ledger["in_router"] == out["in_router"]
-
-
-def test_finish_releases_the_lock_and_fails_when_a_host_failed(tmp_path, shown):
-    run = start(tmp_path)
-    record(run, "prepared", drift=DRIFT)
-    record(run, "prepared", host="gpu-2", drift=DRIFT)
-    record(run, "failed", state_before={"step": "applying"}, task="t", failure={"msg": "boom"}, changed=True)
-    result = act(dict(state="finish", run=run))
-    assert result["failed"] and result["msg"].startswith("Rollout stopped at gpu-1: t: boom")
-    assert "Not reached: gpu-2" in result["msg"]
-    assert not (tmp_path / "lock.json").exists()
-    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "failed"
-    assert any(line.startswith("\nRollout %s:\nhost" % run["run_id"]) for line in shown)
-
-
-def test_a_host_lost_mid_change_keeps_the_lock_and_the_same_command_resumes_the_run(tmp_path, shown):
-    run = start(tmp_path)
-    record(run, "prepared", drift=DRIFT)
-    record(run, "draining", router=True)
-    record(run, "failed", state_before={"step": "applying"}, task="wait", router=True, changed=True,
-           failure={"verdict": "connection_lost", "msg": "connection to gpu-1 lost"})
-    result = act(dict(state="finish", run=run))
-    assert result["failed"] and "keeps the fleet's lock until it is resumed" in result["msg"], result
-    meta = json.loads((tmp_path / run["run_id"] / "run.json").read_text())
-    assert meta["status"] == "interrupted" and meta["lost"] == ["gpu-1"]
-    assert json.loads((tmp_path / "lock.json").read_text())["run_id"] == run["run_id"]
-    # another rollout is refused while the controller that holds it lives ...
-    refused = start(tmp_path)
-    assert refused["failed"] and run["run_id"] in refused["msg"]
-    # ... and once it has exited, the same command resumes the run, not a new one
-    lock = json.loads((tmp_path / "lock.json").read_text())
-    lock["pid_start"] = -1
-    (tmp_path / "lock.json").write_text(json.dumps(lock))
-    again = start(tmp_path)
-    assert again["run_id"] == run["run_id"] and again["resumed"], again
-    ledger = json.loads((tmp_path / "fleet" / "gpu-1.json").read_text())
-    assert ledger["in_router"] is False and ledger["failed_step"] == "applying"
-    record(again, "prepared", drift=DRIFT)
-    assert "left out of the router by run %s" % run["run_id"] in json.loads(
-        (tmp_path / run["run_id"] / "gpu-1.json").read_text())["recovering"]
-    record(again, "rejoined", drift=DRIFT, verified=VERIFIED, router=True, recovering=True)
-    done = act(dict(state="finish", run=again))
-    assert not done.get("failed"), done
-    meta = json.loads((tmp_path / run["run_id"] / "run.json").read_text())
-    assert meta["status"] == "finished" and "lost" not in meta and len(meta["resumes"]) == 1
-    assert not (tmp_path / "lock.json").exists()
-
-
-def test_finish_of_a_good_run(tmp_path, shown):
-    run = start(tmp_path)
-    record(run, "prepared", drift=dict(DRIFT, in_sync=True))
-    record(run, "rejoined", drift=DRIFT, verified=VERIFIED)
-    result = act(dict(state="finish", run=run))
-    assert not result.get("failed") and "updated" in result["msg"]
-    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "finished"
-    assert not (tmp_path / "lock.json").exists()
-
-
-@pytest.mark.parametrize("step, extra, go_on", [
-    ("prepared", {"drift": dict(DRIFT, in_sync=True)}, True),  # in sync: unchanged (verified)
-    ("prepared", {"drift": DRIFT}, False),  # pending: not reached
-    ("draining", {"router": True}, False),  # in progress
-    ("verified", {"drift": DRIFT, "verified": VERIFIED, "router": True}, False),  # verified, not rejoined
-    ("rejoined", {"drift": DRIFT, "verified": VERIFIED, "router": True}, True),  # updated
-    ("failed", {"state_before": {"step": "applying"}, "task": "t", "failure": {"msg": "boom"}, "changed": True}, False),
-])
-def test_a_record_says_whether_the_rollout_may_go_on_and_finish_agrees(tmp_path, shown, step, extra, go_on):
-    """continue_rollout (read by the playbook to stop after a batch) and the run's verdict come from one list."""
-    run = start(tmp_path)
-    if step not in ("prepared",):
-        record(run, "prepared", drift=DRIFT)
-    out = record(run, step, **extra)["record"]
-    assert out["continue_rollout"] is go_on, out
-    assert json.loads((tmp_path / run["run_id"] / "gpu-1.json").read_text())["continue_rollout"] is go_on
-    result = act(dict(state="finish", run=run))
-    assert bool(result.get("failed")) is not go_on, result
-
-
-def test_finish_fails_a_run_with_a_host_at_a_status_it_does_not_know(tmp_path, shown):
-    """Neither done nor stopped (a record from another version, a hand edit): not reached, so the run failed."""
-    run = start(tmp_path)
-    record(run, "rejoined", drift=DRIFT, verified=VERIFIED)
-    path = tmp_path / run["run_id"] / "gpu-1.json"
-    path.write_text(json.dumps(dict(json.loads(path.read_text()), status="half-way")))
-    (tmp_path / run["run_id"] / "summary.json").unlink()
-    result = act(dict(state="finish", run=run))
-    assert result["failed"] and "not done: gpu-1" in result["msg"], result
-
-
-def test_finish_keeps_a_lock_it_does_not_hold(tmp_path, shown):
-    run = start(tmp_path)
-    lock = json.loads((tmp_path / "lock.json").read_text())
-    lock["run_id"] = "someone-else"
-    (tmp_path / "lock.json").write_text(json.dumps(lock))
-    act(dict(state="finish", run=run))
-    assert (tmp_path / "lock.json").exists()
+@pytest.fixture
+def built(monkeypatch):
+    calls = []
+    monkeypatch.setattr(action_mod.ActionModule, "_configure_module", lambda self, name, args, task_vars: (
+        calls.append(name)))
+    return calls
 
 
 class FakeRouter(object):
+    """RouterClient: answers list_workers in order (a list of URLs, or an exception)."""
+
     def __init__(self, answers):
         self.answers = list(answers)
 
@@ -289,167 +59,288 @@ class FakeRouter(object):
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, Exception):
             raise answer
-        return [{"url": url, "healthy": healthy} for url, healthy in answer]
+        return [{"url": url, "healthy": True} for url in answer]
 
 
-W = ["http://h1:30000", "http://h2:30000", "http://h3:30000", "http://h4:30000"]
+def start(root, **over):
+    args = dict(state="start", hosts=HOSTS, results_dir=str(root))
+    check_mode = over.pop("check_mode", False)
+    args.update(over)
+    return act(args, check_mode=check_mode, awx_job_id=over.pop("job", None))
 
 
-def capacity(monkeypatch, answers, **args):
-    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter(answers))
+def hostvars(drifts, failed=()):
+    found = {}
+    for host, drift in drifts.items():
+        prepared = {"digest": "d-" + host, "endpoint": {"url": "http://127.0.0.1:30000", "worker_url": URL[host]}}
+        found[host] = {"sglang_drift": dict(DRIFT, prepared=prepared, **drift), "ansible_host": URL[host][7:15]}
+        if host in failed:
+            found[host]["rollout_host_state"] = {"step": "failed", "args": {"task": "Compare", "failure": {
+                "msg": "sglang_tp_size must be a positive integer"}}}
+    return found
+
+
+def prepared(monkeypatch, run, drifts, workers=(), alive=None, failed=(), router=True):
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([list(workers)]))
+    args = dict(state="prepared", run=run, hosts=list(drifts), alive=alive if alive is not None else list(drifts))
+    if router:
+        args["router_url"] = "http://router:30080"
+    return act(args, hostvars=hostvars(drifts, failed))
+
+
+# ------------------------------------------------------------------ start
+
+def test_start_checks_the_inputs_names_the_run_and_who_runs_it_and_writes_nothing(tmp_path, shown):
+    run = start(tmp_path, batches="[1, '25%']", min_healthy="50%", group=["gpu-3", "gpu-1"], job=42)
+    assert not run.get("failed"), run
+    assert run["batches"] == [1, "25%"] and run["min_healthy"] == "50%" and run["group"] == ["gpu-1", "gpu-2", "gpu-3"]
+    holder = run["holder"]
+    assert holder["kind"] == "rollout" and holder["run_id"] == run["run_id"] and len(holder["session"]) == 32
+    assert holder["job"] == "42" and holder["controller"] and holder["user"]
+    assert list(tmp_path.iterdir()) == []  # nothing is written before the fleet was asked
+    # a host of a later batch is leased for a lease plus the longest a batch may take
+    run = start(tmp_path, lease_seconds="120", capacity_wait=60, batch_timeouts={
+        "drain": 100, "ready": "600", "settle": 10, "rejoin": 20, "rejoin_retries": 2})
+    assert run["lease_seconds"] == 120 and run["pending_lease_seconds"] == 120 + 60 + 100 + 600 + 10 + 20 * 3
+    assert "batch_timeouts.ready must be a whole number" in start(tmp_path, batch_timeouts={"ready": "10m"})["msg"]
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"batches": [0]}, r"rollout_batches\[0\] must be 1 or more"),
+    ({"batches": ["abc"]}, "rollout_batches"),
+    ({"min_healthy": "x"}, "rollout_min_healthy"),
+    ({"run_id": "../escape"}, "rollout_run_id"),
+    ({"lease_seconds": 3}, "sglang_lease_seconds must be a whole number of seconds, 10 or more"),
+])
+def test_bad_inputs_fail_first(tmp_path, shown, over, message):
+    result = start(tmp_path, **over)
+    assert result["failed"] and re.search(message, result["msg"]), result
+
+
+def test_a_check_run_is_named_as_one(tmp_path, shown):
+    assert start(tmp_path, check_mode=True)["run_id"].endswith("-check")
+
+
+# ------------------------------------------------------------------ prepared: the plan
+
+def test_the_plan_sends_what_differs_writes_the_copy_and_names_the_worker_to_drain(tmp_path, shown, monkeypatch,
+                                                                                  built):
+    run = start(tmp_path)
+    out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {"in_sync": True}}, workers=[URL["gpu-1"], URL["gpu-2"]])
+    assert not out.get("failed"), out
+    assert out["apply"] == ["gpu-1"] and out["plan"]["gpu-1"]["drain_url"] == URL["gpu-1"]
+    assert out["run"]["digests"] == {"gpu-1": "d-gpu-1", "gpu-2": "d-gpu-2"}
+    copy = json.loads((tmp_path / run["run_id"] / "gpu-2.json").read_text())
+    assert copy["status"] == "unchanged (verified)" and copy["in_router"] is True
+    record = out["records"]["gpu-1"]  # what the lease task writes on the host
+    assert record["kind"] == "rollout" and record["run_id"] == run["run_id"] and record["step"] == "prepared"
+    assert record["intent_digest"] == "d-gpu-1"
+    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "running"
+    assert out["prebuilt"] == list(CRITICAL_PATH_MODULES) and built == list(CRITICAL_PATH_MODULES)
+
+
+def test_a_port_change_drains_the_worker_the_router_has(tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    old = "http://10.0.0.1:30001"
+    out = prepared(monkeypatch, run, {"gpu-1": {"record": {"kind": "rollout", "run_id": "r0", "step": "rejoined",
+                                                           "worker_url": old}}}, workers=[old])
+    assert out["plan"]["gpu-1"]["drain_url"] == old
+
+
+def test_a_host_leased_by_a_live_run_refuses_the_plan_and_nothing_is_written(tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    lease = {"live": True, "session": "other", "text": "rollout r-9 on bastion-2 by bob, expires in 200s"}
+    out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {"lease": lease}}, workers=[URL["gpu-1"]])
+    assert out["failed"] and "gpu-2 is leased by rollout r-9 on bastion-2 by bob" in out["msg"]
+    assert not (tmp_path / run["run_id"]).exists() and built == []
+
+
+def test_an_interrupted_run_of_the_same_intent_is_resumed_from_another_controller(tmp_path, shown, monkeypatch,
+                                                                                   built):
+    run = start(tmp_path)
+    left = {"kind": "rollout", "run_id": "r-old", "step": "applying", "intent_digest": "d-gpu-1",
+            "drained_by": "r-old"}
+    out = prepared(monkeypatch, run, {"gpu-1": {"in_sync": True, "record": left}, "gpu-2": {"in_sync": True}},
+                   workers=[URL["gpu-2"]])
+    assert out["run"]["run_id"] == "r-old" and out["run"]["resumed"] and out["holder"]["run_id"] == "r-old"
+    assert out["apply"] == ["gpu-1"] and out["plan"]["gpu-1"]["action"] == "recover"
+    assert any("resuming run r-old" in line for line in shown)
+    meta = json.loads((tmp_path / "r-old" / "run.json").read_text())
+    assert meta["resumes"] and "resuming run r-old" in meta["resumes"][0]["notes"][0]
+
+
+def test_a_resumed_runs_copy_keeps_what_the_run_did_before_and_an_outside_host_mid_change_refuses(
+        tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    left = {"kind": "rollout", "run_id": "r-old", "step": "applying", "intent_digest": "d-gpu-1", "drained_by": "r-old"}
+    done = {"kind": "rollout", "run_id": "r-old", "step": "rejoined", "status": "updated", "intent_digest": "d-gpu-2",
+            "old_invocation": "a" * 32, "new_invocation": "b" * 32}
+    out = prepared(monkeypatch, run, {"gpu-1": {"in_sync": True, "record": left},
+                                      "gpu-2": {"in_sync": True, "record": done}}, workers=[URL["gpu-2"]])
+    copy = json.loads((tmp_path / "r-old" / "gpu-2.json").read_text())
+    assert out["apply"] == ["gpu-1"] and copy["status"] == "updated" and copy["new_invocation"] == "b" * 32
+    # the canary it left drained is outside this run (--limit): refused before anything is leased
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([[URL["gpu-2"]]]))
+    out = act(dict(state="prepared", run=start(tmp_path), hosts=["gpu-2"], alive=["gpu-2"],
+                   router_url="http://router:30080",
+                   outside=[{"item": "gpu-1", "record": left, "changed": False}]),
+              hostvars=hostvars({"gpu-2": {}}))
+    assert out["failed"] and "left gpu-1 (run r-old, step applying) mid-change" in out["msg"], out
+
+
+def test_a_host_that_failed_or_was_lost_in_the_prepare_phase_stops_everything(tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {}}, workers=[], alive=["gpu-1"], failed=["gpu-1"])
+    assert out["failed"] and out["apply"] == [] and "gpu-1, gpu-2" in out["msg"], out
+    summary = json.loads((tmp_path / run["run_id"] / "summary.json").read_text())
+    assert set(record["status"] for record in summary["hosts"]) == {"failed"}
+    assert summary["run"]["status"] == "failed" and built == []
+
+
+def test_an_unreadable_router_stops_the_plan(tmp_path, shown, monkeypatch):
+    run = start(tmp_path)
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([RouterError("connection refused")]))
+    out = act(dict(state="prepared", run=run, hosts=["gpu-1"], alive=["gpu-1"], router_url="http://r"),
+              hostvars=hostvars({"gpu-1": {}}))
+    assert out["failed"] and "router membership comes from the router" in out["msg"]
+
+
+# ------------------------------------------------------------------ leased: all or none
+
+def test_every_host_leased_or_the_ones_taken_are_released():
+    lease = {"lease": {"generation": 3}}
+    ok = act(dict(state="leased", hosts=HOSTS), hostvars={"gpu-1": {"rollout_lease": lease},
+                                                          "gpu-2": {"rollout_lease": lease}})
+    assert not ok.get("failed") and ok["generations"] == {"gpu-1": 3, "gpu-2": 3}
+    refused = {"failed": True, "msg": "the host is leased by sweep sw-1 on bastion-3 by carol"}
+    out = act(dict(state="leased", hosts=HOSTS), hostvars={"gpu-1": {"rollout_lease": lease},
+                                                           "gpu-2": {"rollout_lease": refused}})
+    assert out["failed"] and out["release"] == ["gpu-1"] and "gpu-2: the host is leased by sweep sw-1" in out["msg"]
+
+
+# ------------------------------------------------------------------ capacity: the group, probed now
+
+def group_vars(hosts):
+    return dict((host, {"ansible_host": URL[host][7:15], "sglang_api_key": "k-" + host}) for host in hosts)
+
+
+def capacity(monkeypatch, listed, probes, **args):
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter(listed))
     monkeypatch.setattr(action_mod.time, "sleep", lambda s: None)
-    base = dict(state="capacity", router_url="http://r", workers=W, leaving=W[:1], min_healthy=2, capacity_wait=0,
-                poll=0)
+    seen = []
+
+    def probe(self, url, api_key, timeout):
+        seen.append((url, api_key))
+        answer = probes(url) if callable(probes) else probes.get(url, True)
+        return (answer, "answers /generate") if answer is True else (False, answer)
+    monkeypatch.setattr(action_mod.ActionModule, "_probe", probe)
+    base = dict(state="capacity", router_url="http://r", group=sorted(URL), leaving=[URL["gpu-1"]], min_healthy=2,
+                capacity_wait=0, poll=0)
     base.update(args)
-    return act(base)
+    return act(base, hostvars=group_vars(sorted(URL))), seen
 
 
-def test_capacity_enough_healthy_left(monkeypatch, shown):
-    out = capacity(monkeypatch, [[(w, True) for w in W]], min_healthy="75%")
-    assert not out.get("failed") and out["remaining"] == 3 and out["required"] == 3
+def test_the_guard_counts_the_whole_group_and_probes_each_worker_itself(monkeypatch, shown):
+    out, seen = capacity(monkeypatch, [list(URL.values())], {}, min_healthy="75%")
+    assert not out.get("failed") and out["remaining"] == 3 and out["required"] == 3 and out["group"] == 4
+    assert sorted(seen) == sorted((URL[h], "k-" + h) for h in URL)  # each worker with its own host's key
 
 
-def test_capacity_guard_stops_naming_the_unhealthy(monkeypatch, shown):
-    out = capacity(monkeypatch, [[(W[0], True), (W[1], True), (W[2], False)]], min_healthy=2)
-    assert out["failed"] and "would leave 1 healthy worker(s)" in out["msg"]
-    assert "Not healthy in the router: http://h3:30000, http://h4:30000" in out["msg"]
+def test_a_stopped_server_the_router_still_lists_is_not_counted(monkeypatch, shown):
+    out, seen = capacity(monkeypatch, [list(URL.values())], {URL["gpu-3"]: "/generate: connection refused"},
+                         min_healthy=3)
+    assert out["failed"] and "would leave 2 healthy worker(s) of the group's 4 host(s)" in out["msg"]
+    assert "gpu-3 %s: /generate: connection refused" % URL["gpu-3"] in out["msg"]
     assert "nothing was changed in this batch" in out["msg"]
 
 
-def test_capacity_waits_for_capacity_to_come_back(monkeypatch, shown):
+def test_hosts_outside_the_limit_count_and_hosts_out_of_the_router_are_named(monkeypatch, shown):
+    out, seen = capacity(monkeypatch, [[URL["gpu-1"], URL["gpu-2"]]], {}, min_healthy="50%")
+    assert out["failed"] and "Not in the router: gpu-3, gpu-4" in out["msg"], out["msg"]
+
+
+def test_the_guard_waits_for_capacity_to_come_back(monkeypatch, shown):
     clock = iter([0.0, 0.0, 1.0, 2.0, 3.0, 4.0])
     monkeypatch.setattr(action_mod.time, "monotonic", lambda: next(clock))
-    out = capacity(monkeypatch, [[(W[0], True), (W[1], False)], [(W[0], True), (W[1], True), (W[2], True)]],
-                   min_healthy=2, capacity_wait=30)
-    assert not out.get("failed") and out["remaining"] == 2
+    answers = iter([False, True, True])
+    out, seen = capacity(monkeypatch, [[URL["gpu-1"], URL["gpu-2"]], list(URL.values())],
+                         lambda url: True if url != URL["gpu-2"] else next(answers), min_healthy=2, capacity_wait=30)
+    assert not out.get("failed") and out["remaining"] >= 2
 
 
-def test_capacity_with_the_router_unreachable_fails_saying_so(monkeypatch, shown):
-    from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
-    out = capacity(monkeypatch, [RouterError("listing the router's workers at http://r/workers: connection refused")],
-                   min_healthy=0)
-    assert out["failed"] and "connection refused" in out["msg"]
+def test_a_batch_slot_another_run_holds_refuses_the_batch_naming_it(monkeypatch, shown):
+    held = {"failed": True, "msg": "the host is leased by rollout r-9 on bastion-2 by bob, expires in 200s"}
+    out, seen = capacity(monkeypatch, [list(URL.values())], {}, slot=held)
+    assert out["failed"] and "the group's batch slot" in out["msg"] and "rollout r-9 on bastion-2" in out["msg"]
+    assert seen == []  # nothing probed, nothing changed
 
 
-def test_unknown_state_is_refused(tmp_path):
+# ------------------------------------------------------------------ finish
+
+def run_with(tmp_path, steps):
+    run = start(tmp_path)
+    run["digests"] = {}
+    for host, items in steps.items():
+        for step, args in items:
+            ro.record_step(run, host, step, dict(args, router=True))
+    return run
+
+
+def test_finish_of_a_good_run_releases_every_lease_and_keeps_a_summary_for_awx(tmp_path, shown):
+    run = run_with(tmp_path, {"gpu-1": [("prepared", {"drift": DRIFT}), ("rejoined", {
+        "drift": DRIFT, "verified": VERIFIED})], "gpu-2": [("prepared", {"drift": dict(DRIFT, in_sync=True)})]})
+    out = act(dict(state="finish", run=run))
+    assert not out.get("failed") and "failed_msg" not in out and out["release"] == ["gpu-1", "gpu-2"]
+    assert out["summary"] == {"run_id": run["run_id"], "status": "finished",
+                              "counts": {"updated": 1, "unchanged (verified)": 1},
+                              "hosts": {"gpu-1": "updated", "gpu-2": "unchanged (verified)"}}
+    assert "| gpu-1 | updated |" in (tmp_path / run["run_id"] / "summary.md").read_text()
+
+
+def test_a_host_caught_mid_change_keeps_its_lease_and_the_run_is_interrupted(tmp_path, shown):
+    run = run_with(tmp_path, {
+        "gpu-1": [("prepared", {"drift": DRIFT}), ("draining", {}),
+                  ("failed", {"state_before": {"step": "applying"}, "task": "wait", "changed": True,
+                              "failure": {"verdict": "connection_lost", "msg": "connection to gpu-1 lost"}})],
+        "gpu-2": [("prepared", {"drift": DRIFT})]})
+    out = act(dict(state="finish", run=run))
+    assert out["kept_leased"] == ["gpu-1"] and out["release"] == ["gpu-2"]  # never touched: released
+    assert out["status"] == "interrupted" and "Kept leased (caught mid-change" in out["failed_msg"]
+
+
+def test_finish_fails_when_a_host_failed_and_names_what_was_not_reached(tmp_path, shown):
+    run = run_with(tmp_path, {"gpu-1": [("prepared", {"drift": DRIFT}), ("failed", {
+        "state_before": {"step": "applying"}, "task": "t", "failure": {"msg": "boom"}, "changed": True})],
+        "gpu-2": [("prepared", {"drift": DRIFT})]})
+    out = act(dict(state="finish", run=run))
+    assert out["failed_msg"].startswith("Rollout stopped at gpu-1: t: boom") and "Not reached: gpu-2" in out[
+        "failed_msg"]
+    assert json.loads((tmp_path / run["run_id"] / "run.json").read_text())["status"] == "failed"
+    assert any(line.startswith("\nRollout %s:\nhost" % run["run_id"]) for line in shown)
+
+
+# ------------------------------------------------------------------ status and the rest
+
+def test_status_shows_each_hosts_lease_run_step_and_router_membership(monkeypatch, shown):
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([[URL["gpu-2"]]]))
+    states = {"gpu-1": {"sglang_status": {"lease": {"live": True, "text": "rollout r-1 on b by a, expires in 90s"},
+                                          "record": {"run_id": "r-1", "kind": "rollout", "step": "applying",
+                                                     "status": "in progress", "intent_digest": "d1"}},
+                        "ansible_host": "10.0.0.1"},
+              "gpu-2": {"sglang_status": {"lease": None, "record": None}, "ansible_host": "10.0.0.2"}}
+    out = act(dict(state="status", hosts=HOSTS, router_url="http://r"), hostvars=states)
+    rows = dict((row["host"], row) for row in out["hosts"])
+    assert rows["gpu-1"]["leased"] and rows["gpu-1"]["step"] == "applying" and rows["gpu-1"]["in_router"] is False
+    assert rows["gpu-2"]["in_router"] is True and rows["gpu-2"]["run_id"] is None
+    assert "rollout r-1 on b by a" in shown[-1] and shown[-1].splitlines()[2].startswith("gpu-1  r-1  applying")
+
+
+def test_a_prepare_failure_is_kept_as_a_fact_until_the_plan(shown):
+    out = act(dict(state="record", task="Compare", failure={"msg": "boom"}, router=True))
+    assert out["ansible_facts"]["rollout_host_state"]["step"] == "failed"
+
+
+def test_unknown_state_is_refused():
     from ansible.errors import AnsibleActionFail
     with pytest.raises(AnsibleActionFail, match="state must be one of"):
         act(dict(state="_record"))
-
-
-def test_a_step_updates_the_summary_in_place_and_rebuilds_a_lost_one(tmp_path, shown):
-    run = start(tmp_path)
-    for host in HOSTS:
-        record(run, "prepared", host=host, drift=DRIFT, router=True)
-    path = tmp_path / run["run_id"] / "summary.json"
-    record(run, "draining", host=HOSTS[0], drift=DRIFT, router=True)
-    summary = json.loads(path.read_text())
-    assert sorted(h["host"] for h in summary["hosts"]) == sorted(HOSTS)
-    assert summary["counts"] == {"in progress": 1, "pending": 1}, summary["counts"]
-    path.unlink()  # lost (or never written): the next step rebuilds it from every host file
-    record(run, "applying", host=HOSTS[1], drift=DRIFT, router=True)
-    rebuilt = json.loads(path.read_text())
-    assert sorted(h["host"] for h in rebuilt["hosts"]) == sorted(HOSTS)
-    assert rebuilt["counts"] == {"in progress": 2}, rebuilt["counts"]
-
-
-def prepared(run, hostvars, alive=None, hosts=("gpu-1", "gpu-2", "gpu-3")):
-    action = fakes.make_action(action_mod, dict(state="prepared", run=run, hosts=list(hosts), router=True,
-                                                alive=list(hosts if alive is None else alive)),
-                               action="gpufleet.inference.sglang_rollout")
-    return action.run(task_vars={"inventory_hostname": hosts[0], "hostvars": hostvars})
-
-
-@pytest.fixture
-def built(monkeypatch):
-    """The module payloads the prepare phase builds (ActionBase._configure_module, faked)."""
-    class Calls(list):
-        broken = ()
-
-    calls = Calls()
-
-    def configure(self, name, module_args, task_vars):
-        calls.append((name, task_vars.get("ansible_python_interpreter")))
-        if name in calls.broken:
-            raise RuntimeError("cannot build %s" % name)
-        return object(), "/path/%s.py" % name
-
-    monkeypatch.setattr(action_mod.ActionModule, "_configure_module", configure)
-    return calls
-
-
-def test_prepared_builds_the_critical_path_modules_before_any_host_leaves(tmp_path, shown, built):
-    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
-    out = prepared(run, {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT},
-                         "gpu-3": {"sglang_drift": dict(DRIFT, in_sync=True)}})
-    assert out["prebuilt"] == list(CRITICAL_PATH_MODULES) and [c[0] for c in built] == list(CRITICAL_PATH_MODULES)
-    assert {c[1] for c in built} == {"/usr/bin/python3"}  # no interpreter discovery on the host for a build
-    # One that cannot be built here is left to the apply phase (built when used); the others are built.
-    del built[:]
-    built.broken = ("gpufleet.inference.sglang_ready",)
-    again = prepared(start(tmp_path / "again", hosts=["gpu-1", "gpu-2", "gpu-3"]),
-                     {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT}, "gpu-3": {"sglang_drift": DRIFT}})
-    assert not again.get("failed") and again["apply"] == ["gpu-1", "gpu-2", "gpu-3"], again
-    assert again["prebuilt"] == [m for m in CRITICAL_PATH_MODULES if m != "gpufleet.inference.sglang_ready"]
-    # Nothing to change, or a host failed: nothing is built.
-    del built[:]
-    none = prepared(start(tmp_path / "none", hosts=["gpu-1"]), {"gpu-1": {"sglang_drift": dict(DRIFT, in_sync=True)}},
-                    hosts=("gpu-1",))
-    assert none["apply"] == [] and none["prebuilt"] == [] and built == []
-    lost = prepared(start(tmp_path / "lost", hosts=["gpu-1", "gpu-2"]), {"gpu-1": {"sglang_drift": DRIFT}},
-                    alive=["gpu-1"], hosts=("gpu-1", "gpu-2"))
-    assert lost["apply"] == [] and built == []
-
-
-def test_prepared_records_every_host_in_one_task_and_sends_only_those_that_change(tmp_path, shown, built):
-    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
-    hostvars = {"gpu-1": {"sglang_drift": dict(DRIFT, prepared={"endpoint": {"url": "u1"}})},
-                "gpu-2": {"sglang_drift": dict(DRIFT, in_sync=True)},
-                "gpu-3": {"sglang_drift": DRIFT}}
-    out = prepared(run, hostvars)
-    assert out["apply"] == ["gpu-1", "gpu-3"], out  # inventory order: the canary is gpu-1
-    files = dict((h, json.loads((tmp_path / run["run_id"] / ("%s.json" % h)).read_text())) for h in hostvars)
-    assert [files[h]["status"] for h in ("gpu-1", "gpu-2", "gpu-3")] == ["pending", "unchanged (verified)", "pending"]
-    assert files["gpu-1"]["endpoint"] == {"url": "u1"}
-    summary = json.loads((tmp_path / run["run_id"] / "summary.json").read_text())
-    assert summary["counts"] == {"pending": 2, "unchanged (verified)": 1}
-
-
-def test_prepared_sends_no_host_when_one_failed_or_was_lost(tmp_path, shown, built):
-    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
-    failed = record(run, "failed", host="gpu-3", task="Check the SGLang settings", failure={"msg": "bad window"})
-    hostvars = {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT},
-                "gpu-3": {"rollout_host_state": failed["record"]}}
-    out = prepared(run, hostvars)
-    assert out["apply"] == [] and out["failed_hosts"] == ["gpu-3"] and "gpu-3" in out["msg"], out
-    kept = json.loads((tmp_path / run["run_id"] / "gpu-3.json").read_text())
-    assert kept["status"] == "failed" and kept["failed_task"] == "Check the SGLang settings"  # not overwritten
-
-    lost_run = start(tmp_path / "other", hosts=["gpu-1", "gpu-2", "gpu-3"])
-    out = prepared(lost_run, {"gpu-1": {"sglang_drift": DRIFT}, "gpu-2": {"sglang_drift": DRIFT}, "gpu-3": {}},
-                   alive=["gpu-1", "gpu-2"])
-    assert out["apply"] == [] and out["lost_hosts"] == ["gpu-3"], out
-    lost = json.loads((tmp_path / "other" / lost_run["run_id"] / "gpu-3.json").read_text())
-    assert lost["status"] == "failed" and lost["connection_lost"] is False, lost
-    assert "without a result" in lost["error"] and "nothing on the host had changed" in lost["outcome"]
-
-
-def test_prepared_reads_the_ledger_and_names_each_host_s_worker(tmp_path, shown, built):
-    """A host in sync that an earlier run left out of the router (the fleet's ledger, read at this
-    step, not handed from the start) still changes; every compared host's worker URL is returned for
-    the capacity guard, also that of a host in sync."""
-    (tmp_path / "fleet").mkdir()
-    (tmp_path / "fleet" / "gpu-2.json").write_text(json.dumps(
-        {"host": "gpu-2", "run_id": "OLD", "step": "draining", "in_router": False, "at": "t"}))
-    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"])
-    assert "fleet" not in run  # the ledger is not carried in every host's arguments
-    endpoint = dict((h, {"url": "http://%s:30000" % h, "worker_url": "http://%s:30000" % h}) for h in run["hosts"])
-    hostvars = dict((h, {"sglang_drift": dict(DRIFT, in_sync=True, prepared={"endpoint": endpoint[h]})})
-                    for h in run["hosts"])
-    out = prepared(run, hostvars)
-    assert out["apply"] == ["gpu-2"], out
-    assert out["worker_urls"] == dict((h, endpoint[h]["worker_url"]) for h in run["hosts"])
-    record = json.loads((tmp_path / run["run_id"] / "gpu-2.json").read_text())
-    assert record["status"] == "pending" and "left out of the router by run OLD" in record["recovering"]
-    ledger = json.loads((tmp_path / "fleet" / "gpu-2.json").read_text())
-    assert ledger["run_id"] == run["run_id"] and ledger["step"] == "prepared"  # rewritten after it was read

@@ -58,10 +58,14 @@ class Host(object):
     def __init__(self, **answers):
         self.answers = dict((name, list(items)) for name, items in answers.items())
         self.calls = []
+        self.leases = []
 
     def __call__(self, module_name, module_args, task_vars):
-        self.calls.append((module_name.rsplit(".", 1)[-1], dict(module_args)))
-        queue = self.answers.get(module_name.rsplit(".", 1)[-1]) or [{"changed": False}]
+        short = module_name.rsplit(".", 1)[-1]
+        # the lease's renewals (each step written on the host first) are kept apart from the steps' modules
+        (self.leases if short == "sglang_lease" else self.calls).append((short, dict(module_args)))
+        default = {"changed": True, "lease": {"generation": 7}} if short == "sglang_lease" else {"changed": False}
+        queue = self.answers.get(short) or [default]
         answer = queue.pop(0) if len(queue) > 1 else queue[0]
         if isinstance(answer, Exception):
             raise answer
@@ -69,6 +73,10 @@ class Host(object):
 
     def names(self):
         return [name for name, dummy in self.calls]
+
+    def holds(self):
+        """The steps written on the host, in order (each with the lease renewed)."""
+        return [args.get("record", {}).get("step") for name, args in self.leases]
 
 
 def drift(**changes):
@@ -90,17 +98,22 @@ SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_
             "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10, "sglang_accept_unverified": False,
             "sglang_probe_prompt": "The capital of France is", "sglang_probe_max_new_tokens": 16,
             "sglang_journal_grace": 35, "sglang_receipt_dir": "/var/lib/gpufleet-inference/receipts",
-            "sglang_last_good_dir": "/var/lib/lg", "sglang_progress": True, "sglang_verify": True}
+            "sglang_last_good_dir": "/var/lib/lg", "sglang_progress": True, "sglang_verify": True,
+            "sglang_fleet_dir": "/var/lib/gpufleet-inference/fleet", "sglang_lease_seconds": 300}
 PREPARED = {"version": "0.5.11", "intent": INTENT, "unit_text": "[Service]\n", "journald_text": "[Journal]\n",
             "paths": {"unit": UNIT_PATH, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},
             "unit_files": [UNIT_PATH], "config_file": None,
             "endpoint": {"url": "http://gpu-1:30000", "worker_url": "http://gpu-1:30000"}}
 
 
+HOLDER = {"kind": "rollout", "run_id": "r1", "session": "s1", "controller": "c", "user": "u", "job": None}
+
+
 def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, listed=False,
-        settings=None, prepared=None, **extra):
-    run = start_run(tmp_path)
-    args = dict(run=run, router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1})
+        settings=None, prepared=None, drain_url="http://gpu-1:30000", **extra):
+    run = dict(start_run(tmp_path), holder=HOLDER, digests={HOST: "d1"})
+    args = dict(run=run, lease={"lease": {"generation": 7}}, plan={"drain_url": drain_url if router_url else None},
+                router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1})
     args.update(extra)
     action = fakes.make_action(action_mod, args, action="gpufleet.inference.sglang_rollout_host")
     action._execute_module = host
@@ -488,3 +501,54 @@ def test_still_listed_reads_the_routers_workers_and_an_unreadable_router_counts_
     action = fakes.make_action(action_mod, {}, action="gpufleet.inference.sglang_rollout_host")
     action._router_args = {"url": "http://router:30000", "api_key": "", "worker_url": "http://gpu-1:30000"}
     assert action._still_listed() is listed
+
+
+# ------------------------------------------------------------------ the host's record and lease, step by step
+
+def test_each_step_is_written_on_the_host_with_the_lease_renewed_before_its_work(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch)
+    assert not result.get("failed"), result
+    assert host.holds() == ["draining", "applying", "verified", "rejoined"]
+    first = host.leases[0][1]
+    assert first["holder"]["generation"] == 7 and first["holder"]["session"] == "s1" and first["state"] == "held"
+    assert first["record"]["drained_by"] == "r1" and first["record"]["intent_digest"] == "d1"
+    last = host.leases[-1][1]["record"]
+    assert last["drained_by"] is None and last["in_router"] is True and last["worker_url"] == "http://gpu-1:30000"
+
+
+def test_a_host_unreachable_before_its_first_step_is_never_drained_and_says_it_is_still_in_the_router(
+        tmp_path, shown, monkeypatch):
+    host = Host(sglang_lease=[{"unreachable": True, "msg": "ssh: connect to host gpu-1 port 22: Connection refused"}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and host.calls == [] and router.calls == []  # nothing drained, nothing changed
+    assert record["status"] == "failed" and record["in_router"] is True and record["connection_lost"] is True
+    assert "was not taken out of the router" in record["outcome"] and "previous unit" in record["runs"]
+
+
+def test_a_lease_taken_over_by_another_writer_stops_the_host_untouched(tmp_path, shown, monkeypatch):
+    host = Host(sglang_lease=[{"failed": True, "msg": "this run's lease of the host was taken over: it is now "
+                                                      "held by sweep sw-1 on bastion-3 by carol"}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and host.calls == [] and router.calls == []
+    assert "held by sweep sw-1" in result["msg"] and record["in_router"] is True, record
+
+
+def test_a_host_the_router_does_not_list_is_not_drained_and_rejoins_at_its_url(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, drain_url=None)
+    assert not result.get("failed") and router.calls == ["present"], router.calls
+
+
+def test_a_port_change_drains_the_old_worker_and_rejoins_the_new_one(tmp_path, shown, monkeypatch):
+    params = []
+
+    def router(values, check_mode):
+        params.append((values["state"], values["worker_url"]))
+        return {"changed": True, "workers": [], "drain_seconds": 0.1}
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, drain_url="http://gpu-1:30001")
+    assert params == [("absent", "http://gpu-1:30001"), ("present", "http://gpu-1:30000")]
