@@ -11,10 +11,7 @@ apply or revert is done). Documentation: plugins/modules/sglang_host.py.
 """
 from __future__ import annotations
 
-import getpass
-import socket
 import time
-import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -23,6 +20,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils._rollout import new_run_id
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner
 
 STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted")
@@ -44,9 +42,7 @@ class ActionModule(ActionBase):
         given = self._templar.template(task_vars.get("sglang_lease_holder") or {})
         if given.get("session"):
             return dict(given)
-        return {"kind": "role", "run_id": "role-" + new_run_id(), "session": uuid.uuid4().hex,
-                "controller": socket.gethostname(), "user": getpass.getuser(),
-                "job": str(task_vars.get("awx_job_id") or "") or None, "generation": None}
+        return _holder.make_holder("role", "role-" + new_run_id(), task_vars)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -61,7 +57,7 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_host needs the fact sglang_drift of the role's drift entry point")
         host = task_vars.get("inventory_hostname", "?")
         runner = ActionRunner(self, task_vars, host, boolean(settings.get("sglang_progress", True), strict=False))
-        lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic)
+        lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic, gone=_holder.gone)
         path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host,
                            lease=lease)
         if self._task.check_mode and state not in ("verified",):

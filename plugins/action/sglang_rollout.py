@@ -11,13 +11,10 @@ Documentation: plugins/modules/sglang_rollout.py.
 """
 from __future__ import annotations
 
-import getpass
 import math
 import os
-import socket
 import threading
 import time
-import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -29,6 +26,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate, generate_verdict
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 
 display = Display()
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
@@ -87,9 +85,7 @@ class ActionModule(ActionBase):
             timeouts.get("rejoin", 0) * (timeouts.get("rejoin_retries", 0) + 1)
         check_mode = bool(self._task.check_mode)
         run_id = ro.new_run_id() + ("-check" if check_mode else "")
-        holder = {"kind": "rollout", "run_id": run_id, "session": uuid.uuid4().hex, "controller": socket.gethostname(),
-                  "user": getpass.getuser(), "job": str(task_vars.get("awx_job_id") or task_vars.get("tower_job_id")
-                                                         or "") or None}
+        holder = _holder.make_holder("rollout", run_id, task_vars)
         return dict(run_id=run_id, run_dir=os.path.join(root, run_id), results_dir=root, check_mode=check_mode,
                     batches=batches, min_healthy=min_healthy, capacity_wait=capacity_wait, hosts=hosts, group=group,
                     requested=requested, takeover=bool(args.get("takeover")), break_lease=bool(args.get("break_lease")),
@@ -142,7 +138,10 @@ class ActionModule(ActionBase):
             if workers is not None:
                 listed = _fleet.router_url_of(workers, (prepared.get("endpoint") or {}).get("worker_url"),
                                               record.get("worker_url"), addresses_of(hostvars, host))
-            facts[host] = {"lease": drift.get("lease"), "record": record, "in_sync": drift.get("in_sync"),
+            lease = dict(drift.get("lease") or {})
+            if lease.get("live"):
+                lease["gone"] = _holder.gone(lease)
+            facts[host] = {"lease": lease, "record": record, "in_sync": drift.get("in_sync"),
                            "digest": prepared.get("digest"), "listed": listed, "router": workers is not None,
                            "drift": drift}
         if failed or lost:
@@ -412,8 +411,9 @@ class ActionModule(ActionBase):
                          "run_id": record.get("run_id"), "kind": record.get("kind"), "step": record.get("step"),
                          "status": record.get("status"), "intent_digest": record.get("intent_digest"),
                          "in_router": (listed is not None) if workers is not None else None, "router_url": listed,
-                         "lease": lease.get("text") if lease.get("live") else ("expired: %s" % lease.get("text")
-                                                                               if lease else None),
+                         "lease": (lease.get("text") + (" (its holder is gone: it ended on this controller)"
+                                                        if _holder.gone(lease) else "")) if lease.get("live")
+                         else ("free (last: %s)" % lease.get("text") if lease else None),
                          "leased": bool(lease.get("live")), "updated": record.get("updated")})
         display.display("\n" + ro.status_table(rows))
         return {"hosts": rows, "router_error": problem, "msg": "%d host(s)" % len(rows)}

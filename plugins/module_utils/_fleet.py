@@ -78,7 +78,8 @@ def mid_change(record):
 def plan(hosts, facts, request):
     """The run's plan from what the fleet holds.
 
-    ``facts[host]``: ``lease`` (sglang_lease's view: holder, session, live, text), ``record`` (the host's
+    ``facts[host]``: ``lease`` (sglang_lease's view: holder, session, live, text; ``gone`` when its holder's
+    process is provably gone - plugin_utils/_holder.py), ``record`` (the host's
     record), ``in_sync``, ``digest`` (this run's intent digest for the host), ``listed`` (the worker URL the
     router has for it, None) and ``router`` (a router is used). ``request``: ``run_id`` (this run's new id),
     ``requested`` (rollout_run_id, or None), ``session``, ``takeover``, ``break_lease``, ``outside``
@@ -96,8 +97,8 @@ def plan(hosts, facts, request):
     def holder_run(lease):
         return (lease.get("holder") or {}).get("run_id")
 
-    def binds(lease):  # a live lease of another session
-        return bool(lease.get("live")) and lease.get("session") != session
+    def binds(lease):  # a live lease of another session whose holder is not provably gone (``gone``)
+        return bool(lease.get("live")) and lease.get("session") != session and not lease.get("gone")
 
     # A run that left hosts of this run mid-change is dead when none of those hosts' leases binds any more
     # (its controller renews them while it lives): its leases of the hosts it had not reached yet are taken
@@ -108,6 +109,12 @@ def plan(hosts, facts, request):
         lease = facts[host].get("lease") or {}
         if binds(lease) and holder_run(lease) == record.get("run_id"):
             dead.discard(record.get("run_id"))
+    for host in hosts:  # a holder that is provably gone (its process on this controller ended) is dead too
+        lease = facts[host].get("lease") or {}
+        if lease.get("live") and lease.get("gone") and lease.get("session") != session:
+            dead.add(holder_run(lease))
+            notes.append("%s: its lease's holder is gone (%s; its process on this controller ended)" % (
+                host, lease.get("text")))
     for host in hosts:
         lease = facts[host].get("lease") or {}
         if not binds(lease) or holder_run(lease) in dead:

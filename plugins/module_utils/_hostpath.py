@@ -93,8 +93,9 @@ class Lease(object):
     through ``run``. ``holder`` names the writer (kind, run_id, session, controller, user, job);
     ``generation`` is set once taken, so a renewal of a lease someone took over fails."""
 
-    def __init__(self, run, settings, holder, clock):
+    def __init__(self, run, settings, holder, clock, gone=None):
         self.run = run
+        self.gone = gone  # whether a lease's holder is provably gone (controller side), else None
         self.unit = settings["sglang_unit_name"]
         self.directory = settings["sglang_fleet_dir"]
         self.seconds = int(settings["sglang_lease_seconds"])
@@ -116,6 +117,11 @@ class Lease(object):
         if record:
             args["record"] = record
         result = self.run(LEASE, args)
+        refused = result.get("failed") and result.get("action") == "refused" and self.holder.get("generation") is None
+        if refused and self.gone and self.gone(result.get("lease")):
+            # its holder was a run on this controller that ended (Ctrl-C): take over its lease now
+            args["takeover_runs"] = [((result.get("lease") or {}).get("holder") or {}).get("run_id")]
+            result = self.run(LEASE, args)
         if result.get("failed"):
             raise StepFailed(HOLD, result)
         self.holder["generation"] = (result.get("lease") or {}).get("generation")

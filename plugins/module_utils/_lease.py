@@ -142,7 +142,7 @@ def take(lease, holder, now, seconds, intent_digest=None, force=False, takeover_
 
 
 def _holder_fields(holder):
-    return dict((key, holder.get(key)) for key in ("kind", "run_id", "controller", "user", "job"))
+    return dict((key, holder.get(key)) for key in ("kind", "run_id", "controller", "user", "job", "process"))
 
 
 def release(lease, holder, now):

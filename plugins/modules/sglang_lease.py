@@ -68,6 +68,12 @@ options:
       job:
         description: The AWX / Automation Controller job id, when there is one.
         type: str
+      process:
+        description:
+          - The holder's ansible-playbook process - C(boot) (the kernel's boot id), C(pid_ns) (its PID namespace),
+            C(pid) and C(start) (its start time). A controller in the same boot and PID namespace can tell that the
+            holder is gone (a Ctrl-C'd run) and resume at once; any other waits for the lease to expire.
+        type: dict
   seconds:
     description: How long the lease lasts from now.
     type: int
@@ -144,7 +150,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 
 _UNIT = re.compile(r"^[A-Za-z0-9@_:.-]+$")
 HOLDER = dict(kind=dict(type="str"), run_id=dict(type="str"), session=dict(type="str"), generation=dict(type="int"),
-              controller=dict(type="str"), user=dict(type="str"), job=dict(type="str"))
+              controller=dict(type="str"), user=dict(type="str"), job=dict(type="str"), process=dict(type="dict"))
 
 
 def run(module, now=None):

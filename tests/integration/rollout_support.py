@@ -35,6 +35,7 @@ MIN_READY_SECONDS = 2  # the settle window after /generate answers (default 10 s
 WINDOW_FLAG = "--speculative-dflash-draft-window-size"  # the simulator's default profile is 0.5.11
 UNIT_PATH = "/etc/systemd/system/sglang.service"
 LAST_GOOD_DIR = "/var/lib/gpufleet-inference/last-good/sglang.service"
+FLEET_DIR = "/var/lib/gpufleet-inference/fleet"  # each host's lease and record (sglang_fleet_dir)
 ROLLOUT = "playbooks/rollout.yml"
 APPLY_PLAY = "Apply the change, batch by batch (only the hosts that must change)"
 WAIT_HANDLER = "Wait until the new SGLang process runs the intended settings"
@@ -347,7 +348,8 @@ def _state_of_pid(pid: int) -> str | None:
 
 @pytest.fixture(scope="session")
 def lab(lab_inventory, lab_hosts) -> Lab:
-    return Lab(lab_inventory, lab_hosts)
+    Records.lab = Lab(lab_inventory, lab_hosts)
+    return Records.lab
 
 
 # ------------------------------------------------------------------ what every host runs
@@ -372,11 +374,16 @@ invocation = show.get("InvocationID", "")
 lines = sh("journalctl _SYSTEMD_INVOCATION_ID=%s -o cat --no-pager | grep 'Initialized DFLASH draft runner'"
            % invocation).strip().splitlines() if invocation else []
 record = read("LAST_GOOD/record.json")
-print(json.dumps({"show": show, "unit": read("UNIT"),
+def load(path):
+    text = read(path)
+    return json.loads(text) if text else None
+import time
+print(json.dumps({"show": show, "unit": read("UNIT"), "now": time.time(),
+                  "lease": load("FLEET/sglang.service.lease.json"), "fleet_record": load("FLEET/sglang.service.record.json"),
                   "cmdline": [a.decode() for a in raw.split(b"\0") if a] if raw else None,
                   "config_lines": lines, "last_good": json.loads(record) if record else None,
                   "last_good_unit": read("LAST_GOOD/file" + "UNIT".replace("/", "__"))}))
-""".replace("LAST_GOOD", LAST_GOOD_DIR).replace("UNIT", UNIT_PATH)
+""".replace("LAST_GOOD", LAST_GOOD_DIR).replace("UNIT", UNIT_PATH).replace("FLEET", FLEET_DIR)
 
 
 def unit_window(text: str | None):
@@ -414,6 +421,9 @@ def host_state(lab: Lab, host: dict, router_members: set | None = None) -> dict:
         "config_lines": raw["config_lines"], "logged_window": line_window(raw["config_lines"]),
         "last_good": raw["last_good"], "last_good_window": unit_window(raw["last_good_unit"]),
         "last_good_unit": raw["last_good_unit"],
+        "lease": raw["lease"], "fleet_record": raw["fleet_record"],
+        "leased": bool(raw["lease"]) and not raw["lease"].get("released")
+        and float(raw["lease"].get("expires") or 0) > raw["now"],
         "serving": bool((generate(host["address"], timeout=10) or {}).get("text")),
     }
     if router_members is not None:
@@ -448,7 +458,10 @@ def assert_runs(state: dict, window: int, in_router: bool | None = None) -> None
 # ------------------------------------------------------------------ the rollout's records
 
 class Records:
-    """A results root (rollout_results_dir): lock.json, fleet/<host>.json, <run>/..."""
+    """A results root (rollout_results_dir), the controller's copy: <run>/run.json, summary.json,
+    summary.md, <host>.json - and what the fleet holds: each lab host's lease and record."""
+
+    lab: "Lab | None" = None  # set by the lab fixture: the hosts whose leases and records are read
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -456,15 +469,21 @@ class Records:
     def run_ids(self) -> list[str]:
         if not self.root.is_dir():
             return []
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and p.name != "fleet")
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir())
+
+    def _fleet(self) -> dict:
+        assert Records.lab is not None, "Records needs the lab fixture"
+        return {host["name"]: host_state(Records.lab, host) for host in Records.lab.hosts}
 
     def lock(self) -> dict | None:
-        path = self.root / "lock.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        """The leases that bind on the fleet now ({host: lease}), or None when no host is leased."""
+        held = {name: state["lease"] for name, state in self._fleet().items() if state["leased"]}
+        return held or None
 
     def ledger(self, host: str) -> dict | None:
-        path = self.root / "fleet" / f"{host}.json"
-        return json.loads(path.read_text()) if path.exists() else None
+        """The host's own record (sglang_fleet_dir/<unit>.record.json)."""
+        match = [h for h in Records.lab.hosts if h["name"] == host]
+        return host_state(Records.lab, match[0])["fleet_record"] if match else None
 
     def run(self, run_id: str) -> dict:
         return json.loads((self.root / run_id / "run.json").read_text())
@@ -489,7 +508,7 @@ class Records:
 def assert_records_consistent(records: Records, run_id: str, last_writer: bool = True) -> dict:
     """The run's files agree with each other: summary.json is exactly the host files (and counts
     them), every record belongs to this run, and - when this run was the last to touch the fleet
-    (`last_writer`) and is not a check run - fleet/<host>.json says the same about each host."""
+    (`last_writer`) and is not a check run - each host's own record says the same about it."""
     hosts = records.hosts(run_id)
     summary = records.summary(run_id)
     meta = records.run(run_id)
@@ -508,7 +527,7 @@ def assert_records_consistent(records: Records, run_id: str, last_writer: bool =
             ledger = records.ledger(name)
             assert ledger and ledger["run_id"] == run_id, (name, ledger)
             for key in ("status", "step", "in_router"):
-                assert ledger[key] == record.get(key), (name, key, ledger, record)
+                assert ledger.get(key) == record.get(key), (name, key, ledger, record)
     return hosts
 
 

@@ -175,3 +175,12 @@ def test_the_batch_slot_is_on_the_groups_first_host_that_answered_and_named_by_t
     assert slot == _fleet.batch_slot(["gpu-2", "gpu-1", "gpu-3"], ["gpu-3", "gpu-2"])  # any order, any controller
     assert _fleet.batch_slot(["gpu-1", "gpu-2"], ["gpu-1"])["unit"] != slot["unit"]
     assert _fleet.batch_slot(["gpu-1"], [])["anchor"] is None
+
+
+def test_a_holder_provably_gone_binds_nothing_and_its_run_is_taken_over():
+    # a Ctrl-C'd run on this controller: its leases are live, but its process ended
+    gone = dict(live(), gone=True, holder={"run_id": "r-old"})
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, in_sync=True, listed=False, record=left(), lease=gone),
+                                          "gpu-2": fact(2, lease=gone)}), REQUEST)
+    assert planned["resumed"] and planned["takeover_runs"] == ["r-old"]
+    assert any("its process on this controller ended" in note for note in planned["notes"])

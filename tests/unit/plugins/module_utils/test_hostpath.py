@@ -210,3 +210,48 @@ def test_a_revert_restores_restarts_and_waits_with_the_key_of_the_restored_comma
     host = Host(sglang_info=[{}], sglang_last_good=[{"failed": True, "msg": "no copy"}])
     outcome = path(host).revert()
     assert outcome["verdict"] == "not_restored" and host.names() == ["sglang_info", "sglang_last_good"]
+
+
+# ------------------------------------------------------------------ the lease
+
+def lease(host, gone=None, clock=None):
+    holder = {"kind": "role", "run_id": "role-1", "session": "s1", "generation": None}
+    times = iter(clock or [0.0] * 10)
+    return hp.Lease(host.run, SETTINGS, holder, lambda: next(times), gone=gone)
+
+
+def test_the_lease_is_taken_then_renewed_with_its_generation_and_a_takeover_stops_the_step():
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 4}}, {"changed": True, "lease": {"generation": 4}},
+                              {"failed": True, "action": "refused", "msg": "this run's lease of the host was taken over"}])
+    held = lease(host)
+    held.hold(record={"step": "applying"}, longer=60)
+    assert host.calls[0][1]["seconds"] == 360 and host.calls[0][1]["record"] == {"step": "applying"}
+    assert held.held and held.holder["generation"] == 4
+    held.hold()
+    assert host.calls[1][1]["holder"]["generation"] == 4
+    with pytest.raises(hp.StepFailed) as failed:
+        held.hold()
+    assert failed.value.step == hp.HOLD and "taken over" in failed.value.result["msg"]
+
+
+def test_a_refusal_by_a_holder_gone_from_this_controller_takes_its_lease_over_once():
+    theirs = {"holder": {"run_id": "role-0", "process": {"pid": 1}}, "live": True}
+    refused = {"failed": True, "action": "refused", "msg": "the host is leased by role role-0", "lease": theirs}
+    host = Host(sglang_lease=[refused, {"changed": True, "lease": {"generation": 2}}])
+    held = lease(host, gone=lambda found: found == theirs)
+    held.hold()
+    assert [args.get("takeover_runs") for name, args in host.calls] == [None, ["role-0"]] and held.held
+    # a live holder elsewhere: refused, named, nothing taken over
+    host = Host(sglang_lease=[refused])
+    with pytest.raises(hp.StepFailed):
+        lease(host, gone=lambda found: False).hold()
+    assert len(host.calls) == 1
+
+
+def test_a_wait_renews_the_lease_once_half_of_it_has_passed():
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 1}}])
+    held = lease(host, clock=[0.0, 100.0, 151.0, 151.0])
+    held.hold()
+    held.renew_if_due()  # 100 s: not yet
+    held.renew_if_due()  # 151 s of 300: renewed
+    assert len(host.calls) == 2

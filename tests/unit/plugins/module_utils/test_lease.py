@@ -21,7 +21,7 @@ def taken(holder=ALICE, now=NOW, seconds=300):
 def test_a_free_host_is_leased_naming_its_holder():
     lease = taken()
     assert lease["holder"] == {"kind": "rollout", "run_id": "r-alice", "controller": "bastion-1", "user": "alice",
-                               "job": None}
+                               "job": None, "process": None}
     assert (lease["generation"], lease["acquired"], lease["expires"], lease["intent_digest"]) == (1, NOW, NOW + 300, "d1")
     assert _lease.live(lease, NOW + 299) and not _lease.live(lease, NOW + 300)
 
