@@ -23,7 +23,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._rollout import
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner
 
-STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted")
+STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted", "leased", "released")
 
 
 class ActionModule(ActionBase):
@@ -40,9 +40,14 @@ class ActionModule(ActionBase):
         """Who holds the host while the role changes it: the caller's holder (a sweep), else the role's own,
         kept between the role's tasks as the fact sglang_lease_holder."""
         given = self._templar.template(task_vars.get("sglang_lease_holder") or {})
-        if given.get("session"):
+        leasing = self._task.args.get("state") == "leased"
+        held = given.get("generation") is not None
+        # a caller's lease while it is held; the role's own holder again (it takes and releases per step)
+        if given.get("session") and ((held and given.get("kind") != "role") or (not leasing and given.get("kind") ==
+                                                                               "role")):
             return dict(given)
-        return _holder.make_holder("role", "role-" + new_run_id(), task_vars)
+        kind = str(self._task.args.get("kind") or "sweep") if leasing else "role"
+        return _holder.make_holder(kind, "%s-%s" % (kind, new_run_id()), task_vars)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
@@ -60,7 +65,7 @@ class ActionModule(ActionBase):
         lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic, gone=_holder.gone)
         path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host,
                            lease=lease)
-        if self._task.check_mode and state not in ("verified",):
+        if self._task.check_mode and state not in ("verified", "leased", "released"):
             result.update(changed=bool(drift.get("changed_files")) or path.restart_pending(), skipped=True,
                           msg="check mode: %s changes nothing on the host" % state)
             return result
@@ -164,6 +169,24 @@ class ActionModule(ActionBase):
         if error:
             return {"failed": True, "msg": error}
         return {"last_good": saved, "msg": "kept as last-known-good"}
+
+    def _leased(self, path, task_vars):
+        """A writer that changes the host over several tasks (a sweep) holds it from here to `released`."""
+        if self._task.check_mode:
+            return {"msg": "check mode: the lease is not taken", "lease": {}}
+        holder = path.lease.holder
+        taken = path.lease.hold(record={"kind": holder.get("kind"), "run_id": holder.get("run_id"), "step": "started",
+                                        "status": "in progress"})
+        return {"changed": True, "lease": taken.get("lease"), "msg": "leased for %s %s" % (
+            holder.get("kind"), holder.get("run_id"))}
+
+    def _released(self, path, task_vars):
+        holder = path.lease.holder
+        if self._task.check_mode or not path.lease.held:
+            return {"msg": "no lease of this play to release", "lease": {}}
+        released = path.lease.release(record={"kind": holder.get("kind"), "run_id": holder.get("run_id"),
+                                              "step": "done", "status": "done"})
+        return {"changed": True, "lease": released.get("lease"), "msg": "released"}
 
     def _reverted(self, path, task_vars):
         self._hold(path, "reverting")

@@ -171,8 +171,8 @@ class ActionModule(ActionBase):
                                                                     "endpoint"), plan=entry))
             records[host] = ro.host_record(merged, run, drained_by=entry.get("drained_by"),
                                            worker_url=entry.get("drain_url"))
-            if entry["action"] in ("apply", "recover"):
-                apply.append(host)
+            if entry["action"] in ("apply", "recover") and not run.get("check_mode"):
+                apply.append(host)  # a check run's records say what would change; no host goes on
         prebuilt = self._prebuild(task_vars) if apply and not run.get("check_mode") else []
         return {"run": run, "apply": apply, "records": records, "notes": planned["notes"], "prebuilt": prebuilt,
                 "plan": planned["hosts"], "holder": run["holder"],
@@ -250,6 +250,10 @@ class ActionModule(ActionBase):
     def _leased(args, task_vars):
         """Every host of the run leased, or none: the hosts whose lease was taken are to be released."""
         hostvars = task_vars.get("hostvars") or {}
+        gate = args.get("gate") or {}
+        if gate.get("failed") or gate.get("unreachable"):
+            return {"failed": True, "release": [], "msg": "the run's first host could not be leased, so no host was: "
+                    "%s. Nothing was changed." % (gate.get("msg") or "unreachable")}
         refused, taken, generations = [], [], {}
         for host in args.get("hosts") or []:
             lease = (hostvars.get(host) or {}).get("rollout_lease") or {}

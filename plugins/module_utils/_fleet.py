@@ -171,8 +171,12 @@ def plan(hosts, facts, request):
             notes.append("taking over from %s: %s" % (", ".join(runs_to_resume), "; ".join(differ)))
         else:
             run_id, resumed_from = runs_to_resume[0], runs_to_resume[0]
-            notes.append("resuming run %s: it left %s mid-change (its controller is gone: its leases expired)" % (
-                run_id, ", ".join(sorted(host for host, record in left.items() if record.get("run_id") == run_id))))
+            ended = any((facts[host].get("lease") or {}).get("gone") and
+                        holder_run(facts[host].get("lease") or {}) == run_id for host in hosts)
+            notes.append("resuming run %s: it left %s mid-change (%s)" % (
+                run_id, ", ".join(sorted(host for host, record in left.items() if record.get("run_id") == run_id)),
+                "its ansible-playbook on this controller ended" if ended else
+                "its controller is gone: its leases expired"))
 
     planned = {}
     for host in hosts:

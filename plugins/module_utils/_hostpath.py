@@ -70,6 +70,10 @@ class StepFailed(Exception):
         self.result = result
 
 
+# sglang_ready's slice when none is given (plugin_utils/_slices.py's default)
+SLICE_SECONDS = 30.0
+
+
 def wait_args(settings, url, intent, after=None, api_key=None, api_key_file=None):
     """sglang_ready's arguments: the one place they are built (the wait of an apply, of a check of the
     running process, of a revert). `api_key_file` (read on the host) stands in for `api_key` when the
@@ -129,8 +133,10 @@ class Lease(object):
         return result
 
     def renew_if_due(self):
-        """Between the slices of a wait: renew once half the lease has passed (a failure shows at the next step)."""
-        if self.held and (self.renewed_at is None or self.clock() - self.renewed_at >= self.seconds / 2.0):
+        """Between the slices of a wait (each at most a third of the lease): renew once a third of the lease
+        has passed, so a renewal comes at most two thirds of a lease after the last. A lease taken over meanwhile
+        fails the next step, before it touches the host."""
+        if self.held and (self.renewed_at is None or self.clock() - self.renewed_at >= self.seconds / 3.0):
             try:
                 self.hold()
             except StepFailed:
@@ -180,8 +186,17 @@ class HostPath(object):
         self.changed = self.changed or bool(result.get("changed"))
         return result
 
+    def _leased_wait(self, args):
+        """The wait, renewing the lease between its slices: a slice lasts at most a third of the lease, so
+        a renewal comes before the lease could run out."""
+        if self.lease is None:
+            return self.wait(args)
+        args = dict(args, slice_seconds=min(float(args.get("slice_seconds") or SLICE_SECONDS),
+                                            self.lease.seconds / 3.0))
+        return self.wait(args, between=self.lease.renew_if_due)
+
     def _wait(self, step, args):
-        result = self.wait(args, between=self.lease.renew_if_due if self.lease is not None else None)
+        result = self._leased_wait(args)
         if result.get("verdict") == "connection_lost":
             result["unreachable"] = True
         if result.get("failed"):
@@ -365,7 +380,6 @@ class HostPath(object):
             # role never puts the key on the command line): read there, on the host - the old key of a
             # rotation or of a removed key, not the key of the settings that failed. No --config: no key.
             self.reverted_config = config_of(intent.get("command"))
-            wait = self.wait(wait_args(self.settings, self.url, intent, after=reverting.get("invocation_id"),
-                                       api_key_file=self.reverted_config),
-                             between=self.lease.renew_if_due if self.lease is not None else None)
+            wait = self._leased_wait(wait_args(self.settings, self.url, intent, after=reverting.get("invocation_id"),
+                                               api_key_file=self.reverted_config))
         return _records.revert_outcome([restored, restart, wait])

@@ -39,9 +39,20 @@ options:
       - V(last_good_saved) - keep the unit as last-known-good with C(sglang_verified) (fails when that is not a pass).
       - V(reverted) - restore the last-known-good files, restart and verify the reverted process; sets the fact
         C(sglang_revert) and does not fail.
+      - V(leased) - take the host's lease (M(gpufleet.inference.sglang_lease)) for a writer of O(kind) that changes it
+        over several tasks - the playbook C(gpufleet.inference.sweep) - and set the fact C(sglang_lease_holder): the
+        role's steps then renew that lease instead of taking their own. Fails, naming the holder, when a live run
+        holds the host.
+      - V(released) - release that lease.
+      - Every step that changes the host holds its lease - the caller's (C(sglang_lease_holder)), else the role's own,
+        released when the step is done - so a rollout, a sweep and the role never change one host at once.
     type: str
     required: true
-    choices: [installed, restarted, verified, adopted, last_good_saved, reverted]
+    choices: [installed, restarted, verified, adopted, last_good_saved, reverted, leased, released]
+  kind:
+    description: With V(leased), the writer that holds the host (C(sweep), ...), named in the lease and the host's record.
+    type: str
+    default: sweep
   keep_last_good:
     description: With V(restarted) and V(verified), keep a verified new unit as last-known-good.
     type: bool
@@ -93,6 +104,10 @@ last_good_saved:
 revert:
   description: The revert's outcome (C(healthy), C(verdict), C(msg), C(invocation_id), C(observed), C(restored)).
   returned: state=reverted
+  type: dict
+lease:
+  description: The host's lease after the step (V(leased), V(released)).
+  returned: state=leased or state=released
   type: dict
 failed_step:
   description: The step that failed.

@@ -147,3 +147,35 @@ def test_check_mode_changes_nothing_and_says_what_would():
     host = Host()
     result = act(host, "installed", check_mode=True)
     assert result["skipped"] and result["changed"] is True and host.calls == []
+
+
+def test_a_sweep_leases_the_host_the_role_steps_renew_its_lease_and_release_only_their_own(monkeypatch):
+    host = Host()
+    taken = act(host, "leased")
+    holder = taken["ansible_facts"]["sglang_lease_holder"]
+    assert taken["changed"] and holder["kind"] == "sweep" and holder["generation"] == 1
+    assert host.leases[0]["record"]["step"] == "started" and host.leases[0]["holder"]["kind"] == "sweep"
+    # a combination's install renews the sweep's lease and does not release it
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT]}])
+    out = act(host, "installed", sglang_lease_holder=holder)
+    assert [(args["state"], args["holder"]["session"]) for args in host.leases] == [("held", holder["session"])]
+    assert out["ansible_facts"]["sglang_lease_holder"]["generation"] == 1
+    # the end of the sweep releases it; a role step after it takes (and releases) a lease of its own
+    host = Host()
+    released = act(host, "released", sglang_lease_holder=holder)
+    assert host.leases[0]["state"] == "released" and released["ansible_facts"]["sglang_lease_holder"]["generation"] \
+        is None
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT]}])
+    act(host, "installed", sglang_lease_holder=released["ansible_facts"]["sglang_lease_holder"])
+    assert host.leases[0]["holder"]["kind"] == "role"
+
+
+def test_the_roles_own_lease_is_released_when_its_step_is_done(monkeypatch):
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(PASS))
+    host = Host()
+    act(host, "verified", drift(changed_files=[]), sglang_verified={})
+    assert [args["state"] for args in host.leases] == []  # verifying the running process changes nothing
+    host = Host(systemd_service=[{"changed": True, "status": {}}], sglang_last_good=[{"changed": True, "exists": True}])
+    act(host, "verified", drift(changed_files=[], active_state="inactive", invocation_id=None))
+    assert [args["state"] for args in host.leases] == ["held", "released"]
+    assert host.leases[0]["holder"]["kind"] == "role" and host.leases[1]["record"]["status"] == "started"

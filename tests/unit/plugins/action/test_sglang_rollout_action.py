@@ -117,8 +117,11 @@ def test_bad_inputs_fail_first(tmp_path, shown, over, message):
     assert result["failed"] and re.search(message, result["msg"]), result
 
 
-def test_a_check_run_is_named_as_one(tmp_path, shown):
-    assert start(tmp_path, check_mode=True)["run_id"].endswith("-check")
+def test_a_check_run_is_named_as_one_and_sends_no_host_on(tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path, check_mode=True)
+    assert run["run_id"].endswith("-check")
+    out = prepared(monkeypatch, run, {"gpu-1": {}}, workers=[URL["gpu-1"]])
+    assert out["apply"] == [] and out["records"]["gpu-1"]["status"] == "would change" and built == []
 
 
 # ------------------------------------------------------------------ prepared: the plan
@@ -216,6 +219,11 @@ def test_every_host_leased_or_the_ones_taken_are_released():
     out = act(dict(state="leased", hosts=HOSTS), hostvars={"gpu-1": {"rollout_lease": lease},
                                                            "gpu-2": {"rollout_lease": refused}})
     assert out["failed"] and out["release"] == ["gpu-1"] and "gpu-2: the host is leased by sweep sw-1" in out["msg"]
+    # two runs started together meet at the first host: the one refused there takes no other host
+    out = act(dict(state="leased", hosts=HOSTS, gate=refused), hostvars={"gpu-1": {"rollout_lease": {"skipped": True}},
+                                                                         "gpu-2": {"rollout_lease": {"skipped": True}}})
+    assert out["failed"] and out["release"] == [] and "first host could not be leased" in out["msg"]
+    assert "sweep sw-1 on bastion-3" in out["msg"]
 
 
 # ------------------------------------------------------------------ capacity: the group, probed now

@@ -250,8 +250,19 @@ def test_a_refusal_by_a_holder_gone_from_this_controller_takes_its_lease_over_on
 
 def test_a_wait_renews_the_lease_once_half_of_it_has_passed():
     host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 1}}])
-    held = lease(host, clock=[0.0, 100.0, 151.0, 151.0])
+    held = lease(host, clock=[0.0, 90.0, 101.0, 101.0])
     held.hold()
-    held.renew_if_due()  # 100 s: not yet
-    held.renew_if_due()  # 151 s of 300: renewed
+    held.renew_if_due()  # 90 s of 300: not yet
+    held.renew_if_due()  # past a third: renewed
     assert len(host.calls) == 2
+
+
+def test_a_leased_wait_slices_at_most_a_third_of_the_lease_and_renews_between_slices():
+    host = Host(waits=[PASS], sglang_lease=[{"changed": True, "lease": {"generation": 1}}])
+    held = lease(host)
+    the_path = hp.HostPath(host.run, host.wait, dict(SETTINGS, sglang_lease_seconds=15), PREPARED, drift(), host="gpu-1",
+                           lease=held)
+    held.seconds = 15
+    the_path.verified(None)
+    wait = [args for name, args in host.calls if name == "sglang_ready"][0]
+    assert wait["slice_seconds"] == 5.0
