@@ -21,10 +21,12 @@ help:
 	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | bench"
 	@echo "make test-unit | test-functional | sanity | lint | test-integration | molecule"
 
-$(VENV)/.installed: requirements.txt
+# The development toolchain (tests/requirements.txt); the collection's own run-time needs are in
+# meta/ee-requirements.txt. The stamp follows the pins: a changed pin reinstalls.
+$(VENV)/.installed: tests/requirements.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet -r tests/requirements.txt
 	touch $@
 
 venv: $(VENV)/.installed
