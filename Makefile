@@ -13,12 +13,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv system-deps link lab-up lab-down lab-status demo test test-unit test-functional sanity lint \
-        test-integration molecule build bench clean
+        test-integration molecule build ee bench clean
 
 help:
 	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
 	@echo "make test             every test layer (unit, sanity, lint, integration, molecule)"
-	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | bench"
+	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | bench"
 	@echo "make test-unit | test-functional | sanity | lint | test-integration | molecule"
 
 # The development toolchain (tests/requirements.txt); the collection's own run-time needs are in
@@ -58,6 +58,12 @@ demo: lab-up
 build: venv
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
+
+# The build context of an execution environment that runs the collection (execution-environment.yml);
+# build it with `podman build -t gpufleet-inference-ee .build/ee` where a container engine exists.
+ee: build
+	rm -rf .build/ee
+	$(BIN)/ansible-builder create -f execution-environment.yml -c .build/ee
 
 test: system-deps venv link
 	$(PY) tests/run_layers.py all
