@@ -36,6 +36,9 @@ def _stranger_env(root: Path) -> dict:
     env["ANSIBLE_CONFIG"] = str(root / "ansible.cfg")
     env["ANSIBLE_COLLECTIONS_PATH"] = str(root / "collections")
     env["ANSIBLE_LOCAL_TEMP"] = str(root / "tmp")
+    # Not a setting of the collection: ansible-core 2.19 puts a local task's remote tmp in the passwd
+    # home whatever HOME says, and tests leave the user's ~/.ansible alone.
+    env["ANSIBLE_REMOTE_TMP"] = str(root / "remote-tmp")
     env["ANSIBLE_FORCE_COLOR"] = "0"
     env["ANSIBLE_NOCOLOR"] = "1"
     return env
