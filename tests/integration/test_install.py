@@ -60,11 +60,14 @@ def test_rollout_and_verify_by_name_from_the_installed_tarball(installed_collect
 
 
 def test_verify_from_the_installed_tarball_fails_on_a_host_it_cannot_find_in_sync(installed_collection, clean_fleet,
-                                                                                  fleet_inv, lab_hosts, tmp_path):  # noqa: F811
+                                                                                  fleet_inv, lab_hosts, tmp_path,  # noqa: F811
+                                                                                  record_verdict):
     """The failure path: nothing installed on the hosts, verify by name says so and fails."""
     hosts_yml, set_vars, _host_vars, _deploy = fleet_inv
     set_vars()
     verify = stranger_playbook(installed_collection, hosts_yml, "gpufleet.inference.verify",
                                {"verify_results_dir": str(tmp_path / "verify")})
     assert verify.returncode != 0, verify.stdout[-3000:]
-    assert f"{lab_hosts[0]['name']}: NOT INSTALLED" in verify.stdout, verify.stdout[-3000:]
+    line = next((line for line in verify.stdout.splitlines() if line.startswith(f"{lab_hosts[0]['name']}: ")), "")
+    assert line.startswith(f"{lab_hosts[0]['name']}: NOT INSTALLED"), verify.stdout[-3000:]
+    record_verdict({"verdict": "not_installed"}, source="verify", message=line)

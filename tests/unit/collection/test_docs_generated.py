@@ -22,8 +22,8 @@ TROUBLESHOOTING = generate.RST / "troubleshooting.rst"
 NO_LAB_TEST_YET = {
     "sglang_ready/unauthorized", "sglang_ready/not_active", "sglang_ready/not_found", "sglang_ready/replaced",
     "sglang_ready/unstable", "sglang_ready/check_mode", "sglang_ready/connection_lost",
-    "sglang_ready/missing_config_line", "sglang_ready/timeout", "sglang_ready/foreign_listener",
-    "verify/not_running", "verify/not_installed", "verify/unchecked",
+    "sglang_ready/missing_config_line",
+    "verify/not_running", "verify/unchecked",
 }
 
 
