@@ -11,8 +11,7 @@ docs.ansible.com pages (intersphinx would resolve them, and this machine has no 
 
     python docs/tools/build_site.py [--dest DIR]
 
-Needs the collection on ANSIBLE_COLLECTIONS_PATH (make link) and ansible on PATH (antsibull-docs runs
-ansible-doc).
+Needs the checkout linked at .build/collections (make link); antsibull-docs runs ansible-doc from the venv.
 """
 from __future__ import annotations
 
@@ -116,7 +115,8 @@ def run(argv, **kwargs):
 def build(dest: Path) -> Path:
     env = dict(os.environ)
     env["PATH"] = "%s:%s" % (BIN, env.get("PATH", ""))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(REPO / ".build" / "collections"))
+    # This checkout's collection (make link), whatever else is on the path: another copy would be documented.
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(REPO / ".build" / "collections")
     if dest.exists():
         shutil.rmtree(dest)
     src = dest / "src"
