@@ -13,7 +13,7 @@
 Generated blocks sit between `.. BEGIN GENERATED <name>` and `.. END GENERATED <name>` lines:
 
 - variables.rst: one table of the role's variables (roles/sglang/meta/argument_specs.yml; every entry
-  point takes the same ones) and one per playbook (playbooks/vars_spec.yml);
+  point takes the same ones) and one per playbook (meta/playbook_vars.yml);
 - troubleshooting.rst: under each verdict's section, the example message captured on the lab
   (docs/verdict-examples.json: "<source>/<verdict>" -> message, the test that saw it, when).
 
@@ -35,7 +35,7 @@ from antsibull_docs_parser.rst import to_rst_plain
 REPO = Path(__file__).resolve().parents[2]
 RST = REPO / "docs" / "docsite" / "rst"
 ROLE_SPEC = REPO / "roles" / "sglang" / "meta" / "argument_specs.yml"
-PLAYBOOK_SPEC = REPO / "playbooks" / "vars_spec.yml"
+PLAYBOOK_SPEC = REPO / "meta" / "playbook_vars.yml"
 EXAMPLES = REPO / "docs" / "verdict-examples.json"
 CAPTURED = REPO / ".build" / "results" / "verdict-examples"
 

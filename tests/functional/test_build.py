@@ -15,7 +15,7 @@ ANSIBLE_DOC = Path(sys.executable).parent / "ansible-doc"
 REQUIRED = ("MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rst", "meta/runtime.yml",
             "meta/execution-environment.yml", "meta/ee-requirements.txt", "meta/ee-bindep.txt",
             "roles/sglang/tasks/main.yml", "roles/sglang/meta/argument_specs.yml", "plugins/modules/sglang_ready.py",
-            "playbooks/rollout.yml", "playbooks/vars_spec.yml", "inventories/example/hosts.yml",
+            "playbooks/rollout.yml", "meta/playbook_vars.yml", "inventories/example/hosts.yml",
             "docs/docsite/extra-docs.yml", "docs/docsite/rst/troubleshooting.rst", "changelogs/changelog.yaml",
             "tests/unit/conftest.py")
 # Checkout-only: this checkout's ansible.cfg (lab inventory, ./.build paths), tool configs, the lab and

@@ -55,7 +55,7 @@ def test_the_sweep_writes_its_results_says_the_chart_was_skipped_and_restores_th
     assert "Chart: skipped: matplotlib cannot be imported on the controller (ModuleNotFoundError: No module " \
            "named 'matplotlib')" in report, report
     assert not (results / "results.png").exists()
-    assert "chart skipped: matplotlib cannot be imported" in " ".join(run.out.split()), run
+    assert "chart: skipped: matplotlib cannot be imported" in " ".join(run.out.split()), run
     assert ORIGINAL_LINE in restored(sh, state_of, host)
 
 

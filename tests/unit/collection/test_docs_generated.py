@@ -41,7 +41,7 @@ def test_a_changed_spec_makes_the_variables_page_stale(monkeypatch, tmp_path):
     spec = yaml.safe_load(generate.PLAYBOOK_SPEC.read_text())
     spec["argument_specs"]["rollout"]["options"]["rollout_new_knob"] = {"type": "int", "default": 3,
                                                                        "description": "A new knob."}
-    changed = tmp_path / "vars_spec.yml"
+    changed = tmp_path / "playbook_vars.yml"
     changed.write_text(yaml.safe_dump(spec))
     monkeypatch.setattr(generate, "PLAYBOOK_SPEC", changed)
     text = (generate.RST / "variables.rst").read_text()
@@ -78,8 +78,8 @@ def test_the_playbook_spec_names_every_variable_the_playbooks_read_and_no_other(
     documented = {name for entry in spec.values() for name in entry["options"]}
     read = playbook_variables_read()
     assert {"rollout_batches", "verify_hosts", "sweep_restore", "sglang_router_url"} <= read
-    assert read - documented == set(), "read by the playbooks, not in playbooks/vars_spec.yml"
-    assert documented - read == set(), "in playbooks/vars_spec.yml, read by no playbook"
+    assert read - documented == set(), "read by the playbooks, not in meta/playbook_vars.yml"
+    assert documented - read == set(), "in meta/playbook_vars.yml, read by no playbook"
 
 
 def test_the_playbook_spec_defaults_are_the_playbooks_defaults():
