@@ -252,8 +252,8 @@ def layer_core_range() -> Outcome:
                 env=env_with({"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}))[0]
     passed, failed, _skipped = junit_counts(unit_xml)
     outcome.passed, outcome.failed = passed, failed + (1 if rc not in (0, 5) and not failed else 0)
-    sanity = subprocess.run([python, str(Path(__file__)), "sanity"], cwd=REPO,
-                            env=env_with({"SANITY_ROOT": "/var/tmp/gpufleet-sanity-core-min"}))
+    sanity = subprocess.run([python, str(Path(__file__)), "sanity"], cwd=REPO, check=False,
+                            env=env_with({"SANITY_ROOT": os.environ.get("SANITY_ROOT", "/var/tmp/gpufleet-sanity") + f"-core-{lowest}"}))
     if sanity.returncode == 0:
         outcome.passed += 1
     else:

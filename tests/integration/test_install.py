@@ -35,8 +35,8 @@ def test_the_installed_collection_is_the_only_one_ansible_sees(installed_collect
     assert not installed_collection.root.is_relative_to(REPO)
 
 
-def test_rollout_and_verify_by_name_from_the_installed_tarball(installed_collection, clean_fleet, fleet_inv,
-                                                               lab_hosts, tmp_path):  # noqa: F811
+def test_rollout_and_verify_by_name_from_the_installed_tarball(
+        installed_collection, clean_fleet, fleet_inv, lab_hosts, tmp_path):  # noqa: F811
     hosts_yml, set_vars, _host_vars, _deploy = fleet_inv
     set_vars()
     results = tmp_path / "results"
@@ -59,9 +59,8 @@ def test_rollout_and_verify_by_name_from_the_installed_tarball(installed_collect
         assert f"{host['name']}: in sync (invocation " in verify.stdout, verify.stdout[-3000:]
 
 
-def test_verify_from_the_installed_tarball_fails_on_a_host_it_cannot_find_in_sync(installed_collection, clean_fleet,
-                                                                                  fleet_inv, lab_hosts, tmp_path,  # noqa: F811
-                                                                                  record_verdict):
+def test_verify_from_the_installed_tarball_fails_on_a_host_it_cannot_find_in_sync(
+        installed_collection, clean_fleet, fleet_inv, lab_hosts, tmp_path, record_verdict):  # noqa: F811
     """The failure path: nothing installed on the hosts, verify by name says so and fails."""
     hosts_yml, set_vars, _host_vars, _deploy = fleet_inv
     set_vars()

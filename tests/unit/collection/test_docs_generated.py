@@ -39,8 +39,8 @@ def test_the_pages_with_generated_blocks_are_the_variables_and_troubleshooting_p
 
 def test_a_changed_spec_makes_the_variables_page_stale(monkeypatch, tmp_path):
     spec = yaml.safe_load(generate.PLAYBOOK_SPEC.read_text())
-    spec["argument_specs"]["rollout"]["options"]["rollout_new_knob"] = {"type": "int", "default": 3,
-                                                                       "description": "A new knob."}
+    knob = {"type": "int", "default": 3, "description": "A new knob."}
+    spec["argument_specs"]["rollout"]["options"]["rollout_new_knob"] = knob
     changed = tmp_path / "playbook_vars.yml"
     changed.write_text(yaml.safe_dump(spec))
     monkeypatch.setattr(generate, "PLAYBOOK_SPEC", changed)

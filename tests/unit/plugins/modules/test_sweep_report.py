@@ -47,8 +47,8 @@ def test_check_mode_with_diff(tmp_path, module_exits):
     assert result["diff"]["before"] == "" and result["diff"]["after"].startswith("window,output_tokens_per_s\n")
 
 
-def test_without_matplotlib_the_results_are_written_and_say_the_chart_was_skipped(tmp_path, module_exits,
-                                                                                    monkeypatch):
+def test_without_matplotlib_the_results_are_written_and_say_the_chart_was_skipped(
+        tmp_path, module_exits, monkeypatch):
     monkeypatch.setattr(sweep_report, "matplotlib_missing",
                         lambda: "Traceback ...\nModuleNotFoundError: No module named 'matplotlib'\n")
     warned = []
