@@ -23,7 +23,7 @@ REQUIRED = ("MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.rs
 FORBIDDEN = ("ansible.cfg", "pytest.ini", ".ansible-lint", ".gitignore", "Makefile", "execution-environment.yml",
              "inventories/lab/", "roles/sglang/molecule/", "tests/benchmarks/", "tests/lab/", "tests/sglang_sim/",
              "tests/integration/", "tests/functional/", "tests/conformance/", "tests/lab_cycle/", "tests/docs/",
-             "tests/run_layers.py", "docs/tools/", "changelogs/fragments/", ".ci/", ".venv/", ".build/", ".git/",
+             "tests/run_layers.py", "tests/unit/collection/", "docs/tools/", "changelogs/fragments/", ".ci/", ".venv/", ".build/", ".git/",
              "collections/", "results/", "tests/output/", "__pycache__", ".pyc")
 
 
