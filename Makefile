@@ -13,18 +13,20 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv system-deps link lab-up lab-down lab-status demo test test-unit test-functional sanity lint \
-        test-integration molecule build bench clean
+        test-integration molecule build ee docs verdict-examples test-docs bench clean
 
 help:
 	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
-	@echo "make test             every test layer (unit, sanity, lint, integration, molecule)"
-	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | bench"
-	@echo "make test-unit | test-functional | sanity | lint | test-integration | molecule"
+	@echo "make test             every test layer (unit, functional, docs, sanity, lint, core-range, integration, molecule)"
+	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | docs | verdict-examples | bench"
+	@echo "make test-unit | test-functional | test-docs | sanity | lint | test-integration | molecule"
 
-$(VENV)/.installed: requirements.txt
+# The development toolchain (tests/requirements.txt); the collection's own run-time needs are in
+# meta/ee-requirements.txt. The stamp follows the pins: a changed pin reinstalls.
+$(VENV)/.installed: tests/requirements.txt
 	python3 -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet -r tests/requirements.txt
 	touch $@
 
 venv: $(VENV)/.installed
@@ -56,6 +58,26 @@ demo: lab-up
 build: venv
 	rm -rf .build/dist && mkdir -p .build/dist
 	$(BIN)/ansible-galaxy collection build --output-path .build/dist .
+
+# The docs site (antsibull-docs + Sphinx) in .build/docs/html, after regenerating the guide's generated
+# parts (variables tables, verdict examples) from the files that hold them.
+docs: venv link
+	$(PY) docs/tools/generate.py
+	$(PY) docs/tools/build_site.py
+
+# Merge the verdict messages the lab tests captured (.build/results/verdict-examples) into
+# docs/verdict-examples.json and the troubleshooting page.
+verdict-examples: venv
+	$(PY) docs/tools/generate.py --take-captured
+
+test-docs: system-deps venv link
+	$(PY) tests/run_layers.py docs
+
+# The build context of an execution environment that runs the collection (execution-environment.yml);
+# build it with `podman build -t gpufleet-inference-ee .build/ee` where a container engine exists.
+ee: build
+	rm -rf .build/ee
+	$(BIN)/ansible-builder create -f execution-environment.yml -c .build/ee
 
 test: system-deps venv link
 	$(PY) tests/run_layers.py all

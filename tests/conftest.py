@@ -1,11 +1,16 @@
-"""Make this checkout importable as the collection `ansible_collections.gpufleet.inference`.
+"""Make this checkout importable as the collection `ansible_collections.gpufleet.inference`, and offer
+the collection as a stranger gets it (the fixture `installed_collection`: built tarball, fresh path).
 
 The tree is linked at .build/collections/ansible_collections/gpufleet/inference (the same link
 `make` uses for ANSIBLE_COLLECTIONS_PATH), so tests import the code exactly as Ansible does.
 """
 import os
+import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 COLLECTIONS = REPO / ".build" / "collections"
@@ -20,3 +25,44 @@ if not LINK.exists():
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
 os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(COLLECTIONS))
+
+
+# ------------------------------------------------------------------ the collection as a stranger gets it
+
+def _stranger_env(root: Path) -> dict:
+    """The environment of someone who installed the tarball: its collections path, an empty ansible.cfg,
+    no setting of this checkout (run_layers' ANSIBLE_* would point back at it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["ANSIBLE_CONFIG"] = str(root / "ansible.cfg")
+    env["ANSIBLE_COLLECTIONS_PATH"] = str(root / "collections")
+    env["ANSIBLE_LOCAL_TEMP"] = str(root / "tmp")
+    # Not a setting of the collection: ansible-core 2.19 puts a local task's remote tmp in the passwd
+    # home whatever HOME says, and tests leave the user's ~/.ansible alone.
+    env["ANSIBLE_REMOTE_TMP"] = str(root / "remote-tmp")
+    env["ANSIBLE_FORCE_COLOR"] = "0"
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return env
+
+
+@pytest.fixture(scope="session")
+def installed_collection(tmp_path_factory):
+    """The collection built with `ansible-galaxy collection build` and installed from that tarball into a
+    fresh collections path outside the checkout, with an empty ansible.cfg (tests/functional, tests/integration).
+
+    Attributes: root (cwd for commands), tarball, path (the installed collection), env (for subprocess).
+    """
+    galaxy = Path(sys.executable).parent / "ansible-galaxy"
+    root = tmp_path_factory.mktemp("stranger")
+    (root / "ansible.cfg").write_text("")
+    (root / "tmp").mkdir()
+    env = _stranger_env(root)
+    build = subprocess.run([str(galaxy), "collection", "build", "--output-path", str(root / "dist"), str(REPO)],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert build.returncode == 0, build.stdout + build.stderr
+    (tarball,) = (root / "dist").glob("gpufleet-inference-*.tar.gz")
+    install = subprocess.run([str(galaxy), "collection", "install", "-p", str(root / "collections"), str(tarball)],
+                             cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert install.returncode == 0, install.stdout + install.stderr
+    path = root / "collections" / "ansible_collections" / "gpufleet" / "inference"
+    assert (path / "MANIFEST.json").is_file(), install.stdout
+    return SimpleNamespace(root=root, tarball=tarball, path=path, env=env)

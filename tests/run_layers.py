@@ -1,6 +1,6 @@
 """Run the test layers of gpufleet.inference and print what each one counted.
 
-    python tests/run_layers.py all|unit|sanity|lint|integration|molecule
+    python tests/run_layers.py all|unit|functional|docs|sanity|lint|core-range|integration|molecule|lab-cycle|conformance
 
 A layer fails when its tool fails OR when it ran no test. Lab-backed layers bring their own lab
 up (a lab name and loopback net of their own, so a `make demo` lab is never touched) and take it
@@ -220,8 +220,51 @@ def layer_molecule() -> Outcome:
     return outcome
 
 
-LAYERS = {"unit": layer_unit, "functional": layer_functional, "sanity": layer_sanity, "lint": layer_lint,
-          "integration": layer_integration, "molecule": layer_molecule}
+def layer_docs() -> Outcome:
+    """The docs: lint of plugin docs and guide, changelog lint, the site built and opened in Chromium
+    (tests/docs; a screenshot of the index lands in .build/results/docs-index.png)."""
+    return pytest_layer("docs", ["tests/docs"])
+
+
+def layer_core_range() -> Outcome:
+    """Unit and sanity tests on the LOWEST ansible-core of meta/runtime.yml's requires_ansible (the
+    pinned one runs every layer): a venv of its own with the toolchain, that ansible-core in place."""
+    import yaml
+    claim = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    lowest = re.match(r">=\s*([\d.]+)", claim).group(1)
+    venv = REPO / ".build" / f"venv-core-{lowest}"
+    python = venv / "bin" / "python"
+    pins = (REPO / "tests" / "requirements.txt").read_text()
+    wanted = re.sub(r"^ansible-core==.*$", f"ansible-core=={lowest}", pins, flags=re.M)
+    stamp = venv / "requirements.txt"
+    if not stamp.exists() or stamp.read_text() != wanted:
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        (venv / "wanted.txt").write_text(wanted)
+        rc = stream([python, "-m", "pip", "install", "--quiet", "-r", venv / "wanted.txt"])[0]
+        if rc != 0:
+            return Outcome("core-range", failed=1, note=f"venv with ansible-core {lowest} failed")
+        stamp.write_text(wanted)
+    outcome = Outcome("core-range", note=f"ansible-core {lowest}: unit + sanity")
+    unit_xml = RESULTS / "core-range-unit.xml"
+    unit_xml.unlink(missing_ok=True)
+    rc = stream([python, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={unit_xml}", "tests/unit"],
+                env=env_with({"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}))[0]
+    passed, failed, _skipped = junit_counts(unit_xml)
+    outcome.passed, outcome.failed = passed, failed + (1 if rc not in (0, 5) and not failed else 0)
+    sanity = subprocess.run([python, str(Path(__file__)), "sanity"], cwd=REPO, check=False,
+                            env=env_with({"SANITY_ROOT": os.environ.get("SANITY_ROOT", "/var/tmp/gpufleet-sanity") + f"-core-{lowest}"}))
+    if sanity.returncode == 0:
+        outcome.passed += 1
+    else:
+        outcome.failed += 1
+        outcome.note += "; sanity FAILED"
+    return outcome
+
+
+LAYERS = {"unit": layer_unit, "functional": layer_functional, "docs": layer_docs, "sanity": layer_sanity,
+          "lint": layer_lint, "core-range": layer_core_range, "integration": layer_integration,
+          "molecule": layer_molecule}
 
 
 def layer_lab_cycle() -> Outcome:

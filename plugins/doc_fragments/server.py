@@ -15,7 +15,7 @@ options:
     description:
       - Base URL of the SGLang HTTP server, as clients on the managed host reach it.
       - Its host and port also name the listening socket whose owner must belong to the unit.
-      - The role M(gpufleet.inference.sglang) derives it from C(sglang_host) and C(sglang_port)
+      - The role P(gpufleet.inference.sglang#role) derives it from C(sglang_host) and C(sglang_port)
         (fact C(sglang_endpoint.url)); a wildcard bind is probed on loopback.
     type: str
     default: http://127.0.0.1:30000

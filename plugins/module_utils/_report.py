@@ -21,6 +21,10 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._files import w
 # files, and a top-level import made each of them pay ~0.7 s of CPU on the controller.
 
 
+CHART_SKIPPED = ("matplotlib cannot be imported on the controller (%s); install the collection's optional "
+                 "chart extra (pip install matplotlib) for results.png")
+
+
 def matplotlib_missing():
     """None when matplotlib can be imported, else the import error (a traceback)."""
     try:
@@ -148,8 +152,10 @@ def _md_escape(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(title, columns, rows, metric, best, higher_is_better=True):
+def render_markdown(title, columns, rows, metric, best, higher_is_better=True, chart_note=None):
     lines = ["# %s" % title, ""]
+    if chart_note:
+        lines += ["Chart: %s" % chart_note, ""]
     direction = "highest" if higher_is_better else "lowest"
     if best is None:
         lines.append("No row has a value for `%s`, so none is marked best." % metric)
@@ -220,8 +226,10 @@ def query(results_dir, candidates=None, key_fields=None):
 
 
 def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_per_s", higher_is_better=True,
-                 title="SGLang settings sweep", chart=True, check_mode=False):
-    """Merge new_rows into results.csv and re-render results.md (and results.png)."""
+                 title="SGLang settings sweep", chart=True, check_mode=False, chart_skipped=None):
+    """Merge new_rows into results.csv and re-render results.md (and results.png).
+
+    chart_skipped: why the chart is not drawn although asked for (matplotlib missing); results.md says so."""
     csv_path = os.path.join(results_dir, CSV_NAME)
     header, existing = read_csv(csv_path)
     key_fields = list(key_fields or default_key_fields(new_rows, header))
@@ -232,10 +240,11 @@ def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_p
     best = best_index(rows, metric, higher_is_better)
     outputs = {
         csv_path: render_csv(columns, rows).encode("utf-8"),
-        os.path.join(results_dir, MD_NAME): render_markdown(title, columns, rows, metric, best,
-                                                            higher_is_better).encode("utf-8"),
+        os.path.join(results_dir, MD_NAME): render_markdown(title, columns, rows, metric, best, higher_is_better,
+                                                            "skipped: %s" % chart_skipped if chart_skipped
+                                                            else None).encode("utf-8"),
     }
-    if chart:
+    if chart and not chart_skipped:
         outputs[os.path.join(results_dir, PNG_NAME)] = render_png(title, rows, key_fields, metric, best)
     before_csv = _read_bytes(csv_path)
     written = [path for path, data in sorted(outputs.items()) if _read_bytes(path) != data]
@@ -254,7 +263,8 @@ def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_p
         "measured_keys": [combination_key(row, key_fields) for row in rows],
         "csv_path": csv_path,
         "md_path": os.path.join(results_dir, MD_NAME),
-        "png_path": os.path.join(results_dir, PNG_NAME) if chart else None,
+        "png_path": os.path.join(results_dir, PNG_NAME) if chart and not chart_skipped else None,
+        "chart_skipped": chart_skipped,
         "diff": {"before": (before_csv or b"").decode("utf-8"), "after": outputs[csv_path].decode("utf-8"),
                  "before_header": csv_path, "after_header": csv_path},
     }

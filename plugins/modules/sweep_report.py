@@ -16,6 +16,9 @@ description:
     resumed or repeated sweep never loses earlier measurements.
   - Renders C(results.md) (a Markdown table with the best row marked by O(metric)) and C(results.png)
     (a bar chart of O(metric) per combination, best bar highlighted) from the merged CSV.
+  - The chart is optional. Without matplotlib on the controller, C(results.csv) and C(results.md) are written all
+    the same, C(results.md) says that the chart was skipped and why, the module warns and returns
+    RV(chart_skipped).
   - With O(state=query), only reads C(results.csv) and tells which combinations are measured already and which
     of the candidate O(rows) are still pending, so a sweep can resume where it stopped.
   - Outputs are deterministic; a run that changes no file reports C(changed=false).
@@ -35,7 +38,7 @@ attributes:
   platform:
     platforms: posix
 requirements:
-  - matplotlib (for the chart, when O(chart=true) and O(state=present))
+  - matplotlib (optional, for the chart; without it the chart is skipped, see RV(chart_skipped))
 options:
   results_dir:
     description:
@@ -81,7 +84,8 @@ options:
     default: SGLang settings sweep
   chart:
     description:
-      - Whether to render C(results.png) (needs matplotlib on the controller).
+      - Whether to render C(results.png). Needs matplotlib on the controller; without it the chart is skipped
+        (RV(chart_skipped)) and everything else is written.
     type: bool
     default: true
 """
@@ -173,15 +177,22 @@ md_path:
   type: str
   sample: /srv/results/results.md
 png_path:
-  description: Path of C(results.png); null when O(chart=false).
+  description: Path of C(results.png); null when O(chart=false) or the chart was skipped.
   returned: when O(state=present)
   type: str
   sample: /srv/results/results.png
+chart_skipped:
+  description: Why the chart was not drawn although O(chart=true) (matplotlib missing); null when it was drawn or not asked for.
+  returned: when O(state=present)
+  type: str
+  sample: "matplotlib cannot be imported on the controller (No module named 'matplotlib'); install the collection's
+    optional chart extra (pip install matplotlib) for results.png"
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._report import (
+    CHART_SKIPPED,
     ReportError,
     matplotlib_missing,
     query,
@@ -206,12 +217,15 @@ def main():
     params = module.params
     if params["state"] == "query":
         module.exit_json(changed=False, **query(params["results_dir"], params["rows"], params["key_fields"]))
+    # The chart is the optional part: without matplotlib the results are written and say so.
     missing = matplotlib_missing() if params["chart"] else None
-    if missing:
-        module.fail_json(msg=missing_required_lib("matplotlib"), exception=missing)
+    skipped = CHART_SKIPPED % missing.strip().splitlines()[-1] if missing else None
+    if skipped:
+        module.warn("sweep_report: chart skipped: " + skipped)
     try:
         result = write_report(params["results_dir"], params["rows"], params["key_fields"], params["metric"],
-                              params["higher_is_better"], params["title"], params["chart"], module.check_mode)
+                              params["higher_is_better"], params["title"], params["chart"], module.check_mode,
+                              chart_skipped=skipped)
     except (ReportError, OSError) as exc:
         module.fail_json(msg="writing the sweep report in %s: %s" % (params["results_dir"], exc))
     diff = result.pop("diff")

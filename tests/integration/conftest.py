@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,29 @@ def router_clean(router_url, lab_hosts):
     clean()
     yield router_url
     clean()
+
+
+# ------------------------------------------------------------------ verdict examples for the guide
+
+VERDICT_EXAMPLES = REPO / ".build" / "results" / "verdict-examples"
+
+
+@pytest.fixture
+def record_verdict(request):
+    """Keep the message a lab test saw for a verdict, for the guide's troubleshooting page.
+
+        record_verdict(result)                       # a sglang_ready result: its verdict and msg
+        record_verdict(record, source="verify", message=line)   # a verify record and its report line
+
+    Writes .build/results/verdict-examples/<source>-<verdict>.json (the last test to see a verdict wins);
+    `python docs/tools/generate.py --take-captured` merges them into docs/verdict-examples.json and the page.
+    """
+    def record(result: dict, source: str = "sglang_ready", message: str | None = None) -> None:
+        verdict, text = result.get("verdict"), message if message is not None else result.get("msg")
+        assert verdict and text, f"nothing to record: {result!r}"
+        VERDICT_EXAMPLES.mkdir(parents=True, exist_ok=True)
+        captured = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        (VERDICT_EXAMPLES / f"{source}-{verdict}.json").write_text(json.dumps({
+            "source": source, "verdict": verdict, "message": text, "test": request.node.nodeid,
+            "captured": captured}, indent=2) + "\n")
+    return record

@@ -109,10 +109,11 @@ def failed_wait(results, host, record_property):
     return item["result"]
 
 
-def test_ignore_window_fails_naming_the_flag(fault_runs, record_property):
+def test_ignore_window_fails_naming_the_flag(fault_runs, record_property, record_verdict):
     """The original incident: the unit says 2048, the process runs without a window."""
     result = fault(fault_runs, "ignore_window", record_property)
     assert result["verdict"] == "mismatch", result
+    record_verdict(result)
     msg = result["msg"]
     assert "draft_window_size" in msg and "2048" in msg and "None" in msg, msg
     assert f"{WINDOW_FLAG} 2048" in msg, msg
@@ -125,9 +126,10 @@ def test_ignore_window_fails_naming_the_flag(fault_runs, record_property):
     assert result["elapsed"] < TIMEOUT / 2, result["elapsed"]
 
 
-def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs, record_property):
+def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs, record_property, record_verdict):
     result = fault(fault_runs, "crash_during_load", record_property)
     assert result["verdict"] == "died", result
+    record_verdict(result)
     assert "Scheduler hit an exception" in result["msg"], result["msg"]
     assert "Received sigquit from a child process" in result["msg"], result["msg"]
     assert any("Scheduler hit an exception" in line for line in result["journal_tail"])
@@ -136,9 +138,10 @@ def test_crash_during_load_fails_fast_with_the_journal_tail(fault_runs, record_p
     assert result["elapsed"] < 15, result["elapsed"]  # seconds, not the 60 s timeout
 
 
-def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs, record_property):
+def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs, record_property, record_verdict):
     result = fault(fault_runs, "crash_loop", record_property)
     assert result["verdict"] == "crash_loop", result
+    record_verdict(result)
     assert "crash loop" in result["msg"], result["msg"]
     assert "Scheduler hit an exception" in result["msg"], result["msg"]
     assert "status=9/KILL" in result["msg"] and "Result signal" in result["msg"], result["msg"]
@@ -149,9 +152,10 @@ def test_crash_loop_fails_as_a_crash_loop_not_a_timeout(fault_runs, record_prope
         or state["SubState"].startswith("auto-restart"), state
 
 
-def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs, record_property):
+def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs, record_property, record_verdict):
     result = fault(fault_runs, "hang_during_load", record_property)
     assert result["verdict"] == "timeout", result
+    record_verdict(result)
     msg = result["msg"]
     # the phase its journal shows (the hang comes after the config line, before the port opens)
     assert "timed out after" in msg, msg
@@ -162,7 +166,7 @@ def test_hang_during_load_times_out_with_last_phase_and_line(fault_runs, record_
     assert 15 <= result["elapsed"] < 25, result["elapsed"]
 
 
-def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, record_property):
+def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, record_property, record_verdict):
     address = host["address"]
     stray = ("systemd-run --unit gpf-stray.service -E SGLANG_SIM_LOAD_SECONDS=1 "
              "/opt/sglang/venv/bin/python -m sglang.launch_server --model-path /models/stray "
@@ -174,6 +178,7 @@ def test_stray_server_on_the_port_is_a_foreign_listener(host, apply_role, sh, re
         assert run.rc != 0, run
         result = failed_wait(results, host, record_property)
         assert result["verdict"] == "foreign_listener", result
+        record_verdict(result)
         assert "gpf-stray.service" in result["msg"], result["msg"]
         assert f"a process outside sglang.service answers on {address}:30000" in result["msg"]
         assert result["listener"]["verdict"] == "outside"

@@ -380,17 +380,23 @@ def failed_item(step, task, host):
     return item["result"]
 
 
+def report_line(step, host):
+    """verify's report line of a host, as the run printed it."""
+    return next(line for line in step["run"].out.splitlines() if line.startswith(f"{host['name']}: "))
+
+
 # ------------------------------------------------------------------ 1. a drop-in override
 
 class TestDropInOverride:
     """Intent: no speculative decoding. A drop-in resets ExecStart= and runs DFLASH, window 512."""
     SCENARIOS = ("dropin",)
 
-    def test_off_intent_passes_and_names_what_was_compared(self, stories):
+    def test_off_intent_passes_and_names_what_was_compared(self, stories, record_verdict):
         step = stories["dropin"].step("deploy_off")
         assert step["run"].rc == 0, step["run"]
         result = wait_result(step["results"], stories["dropin"].hosts[0])
         assert result["verdict"] == "pass" and result["config_line_mode"] == "absent", result["msg"]
+        record_verdict(result)
         assert "compared no draft-runner line, as intended (speculative decoding off); its command line" \
             in result["msg"], result["msg"]
         assert "agrees" not in result["msg"]
@@ -399,7 +405,7 @@ class TestDropInOverride:
         # ground truth: its journal is complete and holds no draft-runner line
         assert CONFIG_LINE not in step["journal"] and "fired up and ready to roll" in step["journal"]
 
-    def test_verify_reports_the_drop_in_as_drift(self, stories):
+    def test_verify_reports_the_drop_in_as_drift(self, stories, record_verdict):
         story = stories["dropin"]
         host = story.hosts[0]
         assert "draft_window_size=512" in story.step("overridden")["journal"]  # what the override runs
@@ -416,6 +422,7 @@ class TestDropInOverride:
                    in d["observed"] for d in record["differences"]), record["differences"]
         line = next(line for line in step["run"].out.splitlines() if line.startswith(f"{host['name']}: "))
         assert line.startswith(f"{host['name']}: DRIFTED") and DROP_IN in line, line
+        record_verdict(record, source="verify", message=line)
         assert "in sync" not in step["run"].out
 
     def test_the_role_refuses_to_change_anything(self, stories):
@@ -464,12 +471,13 @@ class TestSeedIncidentUnderJournaldRateLimit:
     """ignore_window (the runtime runs no window) + a flood that journald's low limit (burst 100) cuts."""
     SCENARIOS = ("faults",)
 
-    def test_lost_config_line_is_unverified_and_server_info_does_not_count(self, stories):
+    def test_lost_config_line_is_unverified_and_server_info_does_not_count(self, stories, record_verdict):
         step = stories["faults"].step("flood")
         result = step["result"]
         assert step["status"] == "fatal", step["run"]
         msg = result["msg"]
         assert result["verdict"] == "unverified", msg
+        record_verdict(result)
         assert "journald's rate limit dropped" in msg and "Suppressed" in msg, msg
         assert NOT_EVIDENCE in msg
         assert result["observed"] is None and result["source"] is None and result["config_line"] is None
@@ -559,7 +567,7 @@ class TestJournalRetention:
         assert step["result"]["verdict"] == "pass"
         assert "nothing was compared (no expectation given): readiness only" in msg and "agrees" not in msg, msg
 
-    def test_with_the_receipt_verify_says_in_sync(self, stories):
+    def test_with_the_receipt_verify_says_in_sync(self, stories, record_verdict):
         story = stories["retention"]
         step = story.step("verify_receipt")
         assert step["run"].rc == 0, step["run"]
@@ -567,6 +575,7 @@ class TestJournalRetention:
         assert record["verdict"] == "in_sync" and record["source"] == "receipt" and record["receipt"] is True, record
         assert record["observed"]["draft_window_size"] == 2048
         assert "All 1 host(s) in sync" in step["run"].out
+        record_verdict(record, source="verify", message=report_line(step, story.hosts[0]))
 
     def test_with_the_receipt_sglang_ready_passes_from_the_receipt(self, stories):
         story = stories["retention"]
@@ -590,7 +599,7 @@ class TestJournalRetention:
         assert fact["verdict"] == "pass" and fact["source"] == "receipt", fact
         assert fact["invocation_id"] == story.step("deploy")["invocation"] == step["after"]["InvocationID"]
 
-    def test_without_the_receipt_verify_is_unverified_naming_retention(self, stories):
+    def test_without_the_receipt_verify_is_unverified_naming_retention(self, stories, record_verdict):
         step = stories["retention"].step("verify_no_receipt")
         assert step["run"].rc != 0, step["run"]
         record = step["record"]
@@ -598,6 +607,7 @@ class TestJournalRetention:
         assert RETENTION in record["unverified_reason"] and "no receipt" in record["unverified_reason"], record
         assert "DRIFTED" not in step["run"].out and "missing_config_line" not in step["run"].out
         assert FALSE_BLAME not in step["run"].out
+        record_verdict(record, source="verify", message=report_line(step, stories["retention"].hosts[0]))
 
     def test_without_the_receipt_sglang_ready_is_unverified_naming_retention(self, stories):
         step = stories["retention"].step("ready_no_receipt")

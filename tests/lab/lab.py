@@ -630,7 +630,7 @@ def router_command() -> list[str]:
     if probe.returncode == 0:
         return [sys.executable, "-m", "sglang_router.launch_router"]
     raise LabError(f"sglang-router is not installed for {sys.executable}; run `make venv` "
-                   "(requirements.txt pins it) or start the lab with .venv/bin/python")
+                   "(tests/requirements.txt pins it) or start the lab with .venv/bin/python")
 
 
 def router_alive(meta: dict) -> bool:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The system packages the lab and the controller venv need, installed when missing.
 #
-# Used by make (lab-up, demo, bench, test, test-integration, molecule) and by .ci/run.
+# Used by make (lab-up, demo, bench, test, test-integration, molecule, docs) and by .ci/run.
 # Installs nothing, and asks apt nothing, when everything is present; says what it installs;
 # without root it names the packages and the command to run, and fails.
 set -euo pipefail
@@ -15,6 +15,8 @@ fi
 command -v make >/dev/null 2>&1 || missing+=(make)
 # Debian splits venv/ensurepip off python3; `python3 -m venv` fails without them.
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+# The docs layer opens the built docs site in headless Chromium (tests/docs).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 
 if [ "${#missing[@]}" -eq 0 ]; then
   exit 0

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""sweep_report through main(): present, query, check mode with diff, missing matplotlib."""
+"""sweep_report through main(): present, query, check mode with diff, a controller without matplotlib."""
 import pytest
 
 from ansible.module_utils import basic
@@ -47,9 +47,26 @@ def test_check_mode_with_diff(tmp_path, module_exits):
     assert result["diff"]["before"] == "" and result["diff"]["after"].startswith("window,output_tokens_per_s\n")
 
 
-def test_missing_matplotlib(tmp_path, module_exits, monkeypatch):
-    monkeypatch.setattr(sweep_report, "matplotlib_missing", lambda: "ImportError: No module named 'matplotlib'")
+def test_without_matplotlib_the_results_are_written_and_say_the_chart_was_skipped(
+        tmp_path, module_exits, monkeypatch):
+    monkeypatch.setattr(sweep_report, "matplotlib_missing",
+                        lambda: "Traceback ...\nModuleNotFoundError: No module named 'matplotlib'\n")
+    warned = []
+    monkeypatch.setattr(basic.AnsibleModule, "warn", lambda self, text: warned.append(text))
     result = call({"results_dir": str(tmp_path), "rows": ROWS})
-    assert result["failed"] is True and "matplotlib" in result["msg"]
-    without_chart = call({"results_dir": str(tmp_path), "rows": ROWS, "chart": False})
-    assert without_chart["changed"] is True and without_chart["png_path"] is None
+    assert "failed" not in result and result["changed"] is True
+    assert result["png_path"] is None and not (tmp_path / "results.png").exists()
+    assert "No module named 'matplotlib'" in result["chart_skipped"] and "pip install matplotlib" in result["chart_skipped"]
+    assert len(warned) == 1 and "chart skipped" in warned[0], warned
+    assert (tmp_path / "results.csv").read_text().startswith("window,output_tokens_per_s\n")
+    report = (tmp_path / "results.md").read_text()
+    assert "Chart: skipped: matplotlib cannot be imported on the controller (ModuleNotFoundError: No module named " \
+           "'matplotlib')" in report, report
+    assert "| **best** | 2048 | 900.0 |" in report, report
+
+
+def test_with_chart_false_nothing_is_said_about_a_chart(tmp_path, module_exits, monkeypatch):
+    monkeypatch.setattr(sweep_report, "matplotlib_missing", lambda: "ModuleNotFoundError: No module named 'matplotlib'")
+    result = call({"results_dir": str(tmp_path), "rows": ROWS, "chart": False})
+    assert result["changed"] is True and result["png_path"] is None and result["chart_skipped"] is None
+    assert "Chart" not in (tmp_path / "results.md").read_text()
