@@ -19,9 +19,7 @@ forks = the rollout's hosts (at least 10), as README recommends for real fleets:
 every host at once. Baselines in the same session: the rollout back with Ansible's default
 internal_poll_interval (0.001 s), at the first size by default (--baseline first|all|none); at each
 size whose largest batch is smaller than its forks, the rollout back with forks = the largest batch (at
-least 10; README's advice before run 6) (--no-batch-forks-baseline: not); and at each size the rollout
-back with the opt-in strategy gpufleet.inference.linear, which waits for results and free workers
-without polling (--no-strategy-baseline: not).
+least 10; README's advice before run 6) (--no-batch-forks-baseline: not).
 
 Every host takes part in the prepare phase once and in exactly one batch, so the headline figure
 "CPU per host per batch" is the run's CPU divided by the hosts. Target <= 0.5 s, growth linear or
@@ -30,8 +28,7 @@ better (the per-host figure flat or falling as the fleet grows).
 A size whose lab does not boot, or whose rollout fails, ends the series; where and why is printed.
 
 Usage: .venv/bin/python tests/benchmarks/bench_scale.py [--sizes 8,16,32,64] [--load 4] [--settle 2]
-       [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none] [--no-strategy-baseline]
-       [--no-batch-forks-baseline]
+       [--tp 1] [--import-seconds 4] [--forks N] [--baseline first|all|none] [--no-batch-forks-baseline]
 """
 from __future__ import annotations
 
@@ -131,18 +128,9 @@ def measure(size, args, env) -> dict:
         back = bl.rollout(env=dict(env, ANSIBLE_CONFIG=default_poll_config()))
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         baseline = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
-    linear = None
-    if args.strategy_baseline and run.rc == 0 and (baseline is None or baseline["rc"] == 0):
-        # The same rollout back with the opt-in strategy gpufleet.inference.linear (no polling for results or workers).
-        window_back = bl.next_window()
-        bl.write_group_vars(bl.server_settings(window_back, **settings))
-        bl.log(f"P5 {size} hosts: baseline rollout {bl.fleet_window()} -> {window_back} (strategy gpufleet.inference.linear)")
-        back = bl.rollout({"rollout_strategy": "gpufleet.inference.linear"}, env=env)
-        bl.set_fleet_window(window_back if back.rc == 0 else None)
-        linear = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu}
     fewer = None
     if args.batch_forks_baseline and run.rc == 0 and batch_forks(size) < forks_for(size, args) and \
-            all(b is None or b["rc"] == 0 for b in (baseline, linear)):
+            (baseline is None or baseline["rc"] == 0):
         # The same rollout back with forks = the largest batch: the prepare phase queues hosts for the workers.
         window_back = bl.next_window()
         bl.write_group_vars(bl.server_settings(window_back, **settings))
@@ -151,7 +139,7 @@ def measure(size, args, env) -> dict:
         bl.set_fleet_window(window_back if back.rc == 0 else None)
         fewer = {"rc": back.rc, "wall": back.wall, "cpu": back.cpu, "forks": batch_forks(size)}
     return {"size": size, "rc": run.rc, "wall": run.wall, "cpu": run.cpu, "cpu_user": run.cpu_user, "baseline": baseline,
-            "linear": linear, "fewer_forks": fewer,
+            "fewer_forks": fewer,
             "cpu_sys": run.cpu_sys, "ssh_masters": bl.master_delta(masters_before, masters_after),
             "batches": batches, "restarted": restarted, "unreachable": unreachable, "failed": failed,
             "prepare_wall": prepare_wall, "prepare_cpu": prepare_cpu, "mem_before": mem_before,
@@ -199,11 +187,6 @@ def report(results, stop_reason, args):
             print(f"- {r['size']} hosts, baseline in the same session (the rollout back, Ansible's default "
                   f"internal_poll_interval 0.001): rc {b['rc']}, wall {b['wall']:.1f} s, controller CPU {b['cpu']:.1f} s "
                   f"= {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s with {poll_interval()})")
-        if r.get("linear"):
-            b = r["linear"]
-            print(f"- {r['size']} hosts, in the same session: the rollout back with the opt-in strategy "
-                  f"gpufleet.inference.linear instead of ansible.cfg's linear: rc {b['rc']}, wall {b['wall']:.1f} s, "
-                  f"controller CPU {b['cpu']:.1f} s = {b['cpu'] / r['size']:.3f} s per host (vs {r['cpu'] / r['size']:.3f} s)")
         if r.get("fewer_forks"):
             b = r["fewer_forks"]
             print(f"- {r['size']} hosts, in the same session: the rollout back with forks {b['forks']} (the largest "
@@ -245,8 +228,6 @@ def main() -> int:
     parser.add_argument("--baseline", default="first", choices=["first", "all", "none"],
                         help="also roll back with Ansible's default internal_poll_interval (0.001): at the first "
                              "size (default), every size, or none")
-    parser.add_argument("--strategy-baseline", action=argparse.BooleanOptionalAction, default=True,
-                        help="at each size, also roll back with gpufleet.inference.linear")
     args = parser.parse_args()
     results, stop_reason = [], None
     for size in [int(s) for s in args.sizes.split(",") if s]:
