@@ -145,6 +145,8 @@ class ActionModule(ActionBase):
             endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text, paths=paths,
             config_file=config, unit_files=[paths["unit"]] + ([config["path"]] if config else []))
         prepared["digest"] = intent_digest(prepared)
+        # where the host's lease and record are: a play without the role (a rollout's finish) reads them here
+        prepared["lease"] = {"unit": values["sglang_unit_name"], "directory": values["sglang_fleet_dir"]}
         result["prepared"] = prepared
         result["ansible_facts"] = {"sglang_endpoint": endpoint}
         if drift.get("failed"):

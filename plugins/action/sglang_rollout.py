@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import threading
 import time
 
@@ -143,11 +144,12 @@ class ActionModule(ActionBase):
                 lease["gone"] = _holder.gone(lease)
             facts[host] = {"lease": lease, "record": record, "in_sync": drift.get("in_sync"),
                            "digest": prepared.get("digest"), "listed": listed, "router": workers is not None,
+                           "serving": drift.get("active_state") == "active",
                            "drift": drift}
         if failed or lost:
-            self._write_prepare_failure(run, hosts, failed, lost, hostvars, args)
-            return {"failed": True, "msg": "the prepare phase failed on %s: no host was leased or changed" % ", ".join(
-                failed + lost), "apply": [], "run": run}
+            stopped = self._write_prepare_failure(run, hosts, failed, lost, hostvars, args)
+            return {"failed": True, "apply": [], "run": run, "msg": "%s The prepare phase failed on %s: no host was "
+                    "leased or changed." % (" ".join(stopped), ", ".join(failed + lost))}
         request = dict(run_id=run["run_id"], requested=run.get("requested"), session=run["holder"]["session"],
                        takeover=run.get("takeover"), break_lease=run.get("break_lease"),
                        outside=self._outside(args.get("outside")))
@@ -157,9 +159,12 @@ class ActionModule(ActionBase):
             run["holder"] = dict(run["holder"], run_id=planned["run_id"])
         outside = request["outside"]
         reachable = list(facts) + [host for host, fact in outside.items() if not fact.get("unreachable")]
+        slot = _fleet.batch_slot(run.get("group") or hosts, reachable)
+        anchor_lease = (((hostvars.get(slot["anchor"]) or {}).get("sglang_drift") or {}).get("prepared") or {}).get(
+            "lease") or (facts[hosts[0]]["drift"]["prepared"].get("lease") if hosts else None) or {}
+        slot["directory"] = anchor_lease.get("directory") or "/var/lib/gpufleet-inference/fleet"
         run.update(resumed=planned["resumed"], digests=dict((host, facts[host]["digest"]) for host in hosts),
-                   takeover_runs=planned["takeover_runs"], slot=_fleet.batch_slot(run.get("group") or hosts,
-                                                                                   reachable))
+                   takeover_runs=planned["takeover_runs"], slot=slot)
         for note in planned["notes"]:
             display.warning(note)
         self._write_run(run, planned)
@@ -230,19 +235,22 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _write_prepare_failure(run, hosts, failed, lost, hostvars, args):
+        """The copy of a run stopped in its prepare phase; returns each failed host's message."""
+        messages = []
         for host in hosts:
             state = (hostvars.get(host) or {}).get("rollout_host_state") or {}
             if host in failed:
-                ro.record_step(run, host, "failed", state.get("args") or {})
+                messages.append(ro.record_step(run, host, "failed", state.get("args") or {}).get("message"))
             elif host in lost:
-                ro.record_step(run, host, "failed", dict(
+                messages.append(ro.record_step(run, host, "failed", dict(
                     task="Compare this host with its intent", router=bool(args.get("router_url")),
                     failure={"msg": "the host left the prepare phase without a result (unreachable, or it failed "
-                                    "outside the comparison)"}))
+                                    "outside the comparison)"})).get("message"))
         ro.write_json(os.path.join(run["run_dir"], "run.json"), {
             "run_id": run["run_id"], "status": "failed", "finished": ro.iso(), "hosts": hosts,
             "note": "the prepare phase failed on %s: no host was leased or changed" % ", ".join(failed + lost)})
         ro.write_summary(run)
+        return [message for message in messages if message]
 
     # ------------------------------------------------------------------ leased: all or none
 
@@ -252,6 +260,7 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         gate = args.get("gate") or {}
         if gate.get("failed") or gate.get("unreachable"):
+            ActionModule._forget_copy(args.get("run"))
             return {"failed": True, "release": [], "msg": "the run's first host could not be leased, so no host was: "
                     "%s. Nothing was changed." % (gate.get("msg") or "unreachable")}
         refused, taken, generations = [], [], {}
@@ -263,9 +272,20 @@ class ActionModule(ActionBase):
                 taken.append(host)
                 generations[host] = lease["lease"].get("generation")
         if refused:
+            ActionModule._forget_copy(args.get("run"))
             return {"failed": True, "release": taken, "msg": "not every host of the run could be leased, so none is "
                     "kept and nothing was changed: %s" % "; ".join(refused)}
         return {"release": [], "generations": generations, "msg": "%d host(s) leased" % len(taken)}
+
+    @staticmethod
+    def _forget_copy(run):
+        """A new run refused at its leases changed nothing and held nothing: its copy goes too (a resumed run's
+        copy is the run's, and stays)."""
+        run = run or {}
+        run_dir = run.get("run_dir")
+        if not run_dir or run.get("resumed") or os.path.basename(run_dir) != run.get("run_id"):
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
 
     # ------------------------------------------------------------------ capacity
 

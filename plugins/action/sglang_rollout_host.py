@@ -166,7 +166,8 @@ class ActionModule(ActionBase):
         verified = self._path.apply()
         self._record("verified", drained_by=out_by, drift=self._drift, verified=verified)
         rejoined_at = None
-        if self._use_router:
+        stay_out = self._use_router and bool(self._plan.get("stay_out"))
+        if self._use_router and not stay_out:
             self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id")
                       if verified.get("verdict") != _records.NOT_VERIFIED else
                       "not verified (sglang_verify is off); putting it back into the router")
@@ -176,7 +177,7 @@ class ActionModule(ActionBase):
         self._state = self._record("rejoined", worker_url=self._router_args.get("worker_url"), drift=self._drift,
                                    verified=verified, drained=drained, rejoined_at=rejoined_at,
                                    min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"),
-                                   recovering=recovering, last_good=saved, last_good_error=error)
+                                   recovering=recovering, last_good=saved, last_good_error=error, left_out=stay_out)
         self._say(self._state.get("status"))
         status = self._state.get("status")
         return {"msg": "%s: %s (invocation %s)" % (self._host, status, verified.get("invocation_id")),
@@ -218,6 +219,8 @@ class ActionModule(ActionBase):
             kept_out = ("the host %s the previous API key (this rollout changes it), and the router would call it "
                         "with the new one: put it back into the router with its key by hand, or roll out again"
                         % ("runs" if reached == "draining" else "was reverted to"))
+        elif self._plan.get("stay_out"):
+            kept_out = "it was out of the router before the rollout, not taken out by it: left out"
         elif self._use_router and not lost and reached in ("draining", "applying") and \
                 (reached == "draining" or (revert or {}).get("healthy")):
             back = self._router("present", timeout=self._router_args["rejoin_timeout"])

@@ -31,7 +31,8 @@ except ImportError:  # pragma: no cover - Python 2
 MID_CHANGE_STEPS = ("draining", "applying", "verified")
 # Record statuses that leave nothing for a later run to finish.
 SETTLED_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
-                    "unchanged (not verified)", "reverted")
+                    "unchanged (not verified)", "reverted", "updated, left out of the router",
+                    "unchanged (verified), out of the router")
 
 
 class PlanError(Exception):
@@ -81,14 +82,16 @@ def plan(hosts, facts, request):
     ``facts[host]``: ``lease`` (sglang_lease's view: holder, session, live, text; ``gone`` when its holder's
     process is provably gone - plugin_utils/_holder.py), ``record`` (the host's
     record), ``in_sync``, ``digest`` (this run's intent digest for the host), ``listed`` (the worker URL the
-    router has for it, None) and ``router`` (a router is used). ``request``: ``run_id`` (this run's new id),
+    router has for it, None), ``router`` (a router is used) and ``serving`` (its unit was running). ``request``: ``run_id`` (this run's new id),
     ``requested`` (rollout_run_id, or None), ``session``, ``takeover``, ``break_lease``, ``outside``
     ({host: {record, unreachable}} of the group's hosts this run leaves out).
 
     Returns {run_id, resumed, resumed_from, notes, takeover_runs (the dead runs whose leases this run takes
     over), hosts: {host: {action, reason, drain_url, drained_by, digest}}}
     where action is ``apply`` (change it), ``recover`` (bring it back and into the router), ``keep`` (in
-    sync, nothing to do) or ``left_out`` (in sync but out of the router, not by the collection).
+    sync, nothing to do) or ``left_out`` (in sync but out of the router, not by the collection); ``stay_out``
+    on an ``apply`` entry: it is changed but not put into the router (it served out of it, not by the collection;
+    a host that did not run yet joins).
     Raises PlanError naming what refuses the run.
     """
     session = request.get("session")
@@ -192,6 +195,10 @@ def plan(hosts, facts, request):
             entry["earlier"] = dict((key, record.get(key)) for key in ("status", "old_invocation", "new_invocation"))
         if not fact.get("in_sync"):
             entry.update(action="apply", reason="settings differ")
+            if fact.get("router") and not listed and not out_by_us and fact.get("serving"):
+                # it served, out of the router, and not by this collection: an operator's choice, kept
+                entry.update(stay_out=True, reason="settings differ; out of the router and not taken out by this "
+                             "collection (an operator's choice?): changed, and left out")
         elif mid_change(record) or out_by_us:
             entry.update(action="recover", reason="left %s by run %s (step %s); brought to the settings and put "
                          "back" % ("out of the router" if out_by_us else "mid-change", record.get("run_id"),
@@ -201,6 +208,8 @@ def plan(hosts, facts, request):
                          "collection (an operator's choice?): left out")
         else:
             entry.update(action="keep", reason="in sync")
+        if entry["action"] == "left_out" or entry.get("stay_out"):
+            notes.append("%s: %s" % (host, entry["reason"]))
         planned[host] = entry
     return {"run_id": run_id, "resumed": resumed_from is not None, "resumed_from": resumed_from, "notes": notes,
             "hosts": planned, "takeover_runs": sorted(run for run in dead if run)}

@@ -188,7 +188,8 @@ STEPS = {
 # A host at one of these lets the rollout go on to the next batch (its record's continue_rollout,
 # which the playbook and the finish step read; any other status stops the run).
 CONTINUE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (not verified)",
-                     "unchanged (not verified)", "unchanged (verified), out of the router")
+                     "unchanged (not verified)", "unchanged (verified), out of the router",
+                     "updated, left out of the router")
 # A host at one of these stopped the rollout (the run fails).
 STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted")
 
@@ -335,6 +336,12 @@ def build_record(host, step, args, run):
                 record["status"] = "updated (not verified)" if restarted else "unchanged (not verified)"
             elif step == "rejoined" and not restarted and status == "updated":
                 record["status"] = "recovered" if args.get("recovering") else "unchanged (verified)"
+        if step == "rejoined" and args.get("left_out"):
+            # changed and verified, not put into the router: it was out before, not by this collection
+            record["in_router"] = False
+            record["status"] = {"updated": "updated, left out of the router",
+                                "unchanged (verified)": "unchanged (verified), out of the router"}.get(
+                record["status"], record["status"])
         if args.get("drained") is not None:
             record["drained_seconds"] = (args.get("drained") or {}).get("drain_seconds")
         if step == "rejoined":

@@ -524,6 +524,8 @@ def assert_records_consistent(records: Records, run_id: str, last_writer: bool =
         assert record["steps"] and record["steps"][-1]["status"] == record["status"], record
     if last_writer and not meta.get("check_mode"):
         for name, record in hosts.items():
+            if record.get("connection_lost"):
+                continue  # what happened after the connection was lost is known only to the controller's copy
             ledger = records.ledger(name)
             assert ledger and ledger["run_id"] == run_id, (name, ledger)
             for key in ("status", "step", "in_router"):

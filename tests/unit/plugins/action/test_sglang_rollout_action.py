@@ -210,7 +210,7 @@ def test_an_unreadable_router_stops_the_plan(tmp_path, shown, monkeypatch):
 
 # ------------------------------------------------------------------ leased: all or none
 
-def test_every_host_leased_or_the_ones_taken_are_released():
+def test_every_host_leased_or_the_ones_taken_are_released(tmp_path):
     lease = {"lease": {"generation": 3}}
     ok = act(dict(state="leased", hosts=HOSTS), hostvars={"gpu-1": {"rollout_lease": lease},
                                                           "gpu-2": {"rollout_lease": lease}})
@@ -219,11 +219,14 @@ def test_every_host_leased_or_the_ones_taken_are_released():
     out = act(dict(state="leased", hosts=HOSTS), hostvars={"gpu-1": {"rollout_lease": lease},
                                                            "gpu-2": {"rollout_lease": refused}})
     assert out["failed"] and out["release"] == ["gpu-1"] and "gpu-2: the host is leased by sweep sw-1" in out["msg"]
-    # two runs started together meet at the first host: the one refused there takes no other host
-    out = act(dict(state="leased", hosts=HOSTS, gate=refused), hostvars={"gpu-1": {"rollout_lease": {"skipped": True}},
+    # two runs started together meet at the first host: the one refused there takes no other host, and its
+    # copy goes (it changed and held nothing)
+    copy = tmp_path / "r-new"
+    copy.mkdir()
+    out = act(dict(state="leased", hosts=HOSTS, gate=refused, run={"run_id": "r-new", "run_dir": str(copy)}), hostvars={"gpu-1": {"rollout_lease": {"skipped": True}},
                                                                          "gpu-2": {"rollout_lease": {"skipped": True}}})
     assert out["failed"] and out["release"] == [] and "first host could not be leased" in out["msg"]
-    assert "sweep sw-1 on bastion-3" in out["msg"]
+    assert "sweep sw-1 on bastion-3" in out["msg"] and not copy.exists()
 
 
 # ------------------------------------------------------------------ capacity: the group, probed now

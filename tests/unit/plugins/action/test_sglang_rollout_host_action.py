@@ -552,3 +552,13 @@ def test_a_port_change_drains_the_old_worker_and_rejoins_the_new_one(tmp_path, s
     host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, drain_url="http://gpu-1:30001")
     assert params == [("absent", "http://gpu-1:30001"), ("present", "http://gpu-1:30000")]
+
+
+def test_a_host_an_operator_took_out_of_the_router_is_changed_and_left_out(tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch,
+                         plan={"drain_url": None, "stay_out": True})
+    assert not result.get("failed") and router.calls == [], router.calls  # neither drained nor put in
+    assert record["status"] == "updated, left out of the router" and record["in_router"] is False, record
+    assert record["continue_rollout"] is True

@@ -184,3 +184,14 @@ def test_a_holder_provably_gone_binds_nothing_and_its_run_is_taken_over():
                                           "gpu-2": fact(2, lease=gone)}), REQUEST)
     assert planned["resumed"] and planned["takeover_runs"] == ["r-old"]
     assert any("its process on this controller ended" in note for note in planned["notes"])
+
+
+def test_a_serving_host_an_operator_took_out_is_changed_and_left_out_a_new_one_joins():
+    serving = dict(fact(1, listed=False), serving=True)
+    fresh = dict(fact(2, listed=False), serving=False)
+    ours = dict(fact(3, listed=False, in_sync=True, record=left(step="failed")), serving=True)
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": serving, "gpu-2": fresh, "gpu-3": ours}), REQUEST)["hosts"]
+    assert planned["gpu-1"]["action"] == "apply" and planned["gpu-1"]["stay_out"] is True
+    assert "an operator's choice" in planned["gpu-1"]["reason"]
+    assert "stay_out" not in planned["gpu-2"]                      # never served: it joins
+    assert planned["gpu-3"]["action"] == "recover" and "stay_out" not in planned["gpu-3"]  # ours: put back
