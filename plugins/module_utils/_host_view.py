@@ -39,9 +39,14 @@ class HostView(object):
         self.host, self.unit, self.intent, self.policy, self.state = host, unit, intent, policy, state
         self.unit_state = None  # systemd's view at the last look
         self.unit_stale = True  # look at systemd first, and again once it logged about the invocation
-        self.unit_read_at = self.read_error = self.started = self.poked_at = self.suppression = None
+        self.unit_read_at = self.started = self.poked_at = self.suppression = None
+        self.read_errors = {}  # systemd / journal -> why its last read failed (until one succeeds)
         self.events = []
         self.phase_changed = False  # since the slice started, a phase of EARLY_RETURN_PHASES began
+
+    @property
+    def read_error(self):
+        return "; ".join(str(error) for error in self.read_errors.values()) or None
 
     def elapsed(self):
         spent = self.host.clock() - self.started if self.started is not None else 0.0
@@ -69,14 +74,13 @@ class HostView(object):
             lines_seen=journal.log.lines_seen, startup=journal.log.describe(), exit_info=journal.log.exit,
             tail=tuple(journal.tail), generate=found.generate,
             generate_elapsed=state.phases.get("generate", {}).get("elapsed"), launched=found.launched,
-            evidence=found.evidence, notes=tuple(state.notes), phase=state.phase, elapsed=self.elapsed(),
-            wall=self.host.wall(), looks=MappingProxyType(dict(looks or {})))
+            evidence=found.evidence, notes=tuple(state.notes), phase=state.phase, last_error=self.read_error,
+            elapsed=self.elapsed(), wall=self.host.wall(), looks=MappingProxyType(dict(looks or {})))
 
     # --- what is read at every look --------------------------------------------------------------
 
     def watch(self):
         """systemd's view when due, then the followed invocation's journal for up to a tick."""
-        self.read_error = None
         if self._unit_due():
             self._read_unit()
         if self.state.tracker.invocation_id is not None:
@@ -94,8 +98,9 @@ class HostView(object):
         try:
             state = self.host.state()
         except SystemdError as exc:
-            self.read_error = exc
+            self.read_errors["systemd"] = exc
             return
+        self.read_errors.pop("systemd", None)
         self.unit_state, self.unit_read_at, self.unit_stale = state, self.host.clock(), False
         tracker = self.state.tracker
         if tracker.invocation_id and state.invocation_id == tracker.invocation_id and state.main_pid:
@@ -106,9 +111,10 @@ class HostView(object):
         try:
             entries = journal.read(tracker.invocation_id, timeout, verify_only=tracker.after is None)
         except JournalError as exc:
-            self.read_error = exc  # the follower starts again from the cursor at the next look
+            self.read_errors["journal"] = exc  # the follower starts again from the cursor at the next look
             self.host.sleep(max(0.0, min(self.policy.tick, self.remaining())))
             return
+        self.read_errors.pop("journal", None)
         self.unit_stale = self.unit_stale or any(entry.from_systemd for entry in entries)
         for phase, detail in journal.log.take_events():
             if self.state.found.generate is None or phase == "draft_runner":  # after the first answer: what matters

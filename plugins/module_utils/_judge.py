@@ -120,6 +120,7 @@ class Snapshot:
     deaths: int = 0                     # restarts by systemd counted since `after` (tolerated ones included)
     unit_state: object = None           # _systemd.UnitState at the last look, None before the first
     unit_stale: bool = False            # systemd logged about the invocation after that look
+    last_error: str | None = None       # why reading systemd or the journal fails (until a read succeeds)
     last_error: str | None = None       # why the last read of systemd or the journal failed
     # what its journal (or a receipt of its earlier verification) showed
     journal_lines: tuple = ()           # its rank-0 config lines from the journal (dicts of _config_line)
@@ -504,10 +505,16 @@ def _timed_out(snap, judgement):
         if unverified.done or unverified.look:
             return unverified
     last_line = snap.tail[-1] if snap.tail else None
-    return _done(TIMEOUT, "timed out after %.1fs waiting for %s: last phase: %s%s; unit %s; last journal line: %s" % (
-        snap.elapsed, snap.unit, judgement.message, " (last error: %s)" % snap.last_error if snap.last_error else "",
+    return _done(TIMEOUT, "timed out after %.1fs waiting for %s: last phase: %s; unit %s; last journal line: %s" % (
+        snap.elapsed, snap.unit, with_error(judgement.message, snap.last_error),
         snap.unit_state.describe() if snap.unit_state is not None else "unknown",
         repr(last_line) if last_line is not None else "(none seen for this invocation)"))
+
+
+def with_error(phase, error):
+    """A phase in words, with why reading the host fails when it does (said once)."""
+    phase = phase.split(" (last error")[0]
+    return "%s (last error: %s)" % (phase, error) if error else phase
 
 
 def receipt_due(snap):

@@ -136,9 +136,7 @@ class Waiter(object):
         if judgement.event:
             self.view.event(*judgement.event)
         if not judgement.done:
-            error = self.view.read_error
-            state.phase = "%s (last error: %s)" % (judgement.message.split(" (last error")[0], error) if error \
-                else judgement.message
+            state.phase = jd.with_error(judgement.message, self.view.read_error)
         return established
 
     def _finish(self, judgement):

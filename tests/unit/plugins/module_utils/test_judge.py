@@ -283,6 +283,11 @@ TABLE = [
              looks={jd.PORT: False}), jd.TIMEOUT, D,
         phrases=["last phase: loading weights: shard 8/16 (50%); port not open yet",
                  "unit active/running (InvocationID %s" % NEW, "last journal line: '[2026-11-29 10:00:03] The server"]),
+    row("a timeout names why reading the host fails, once",
+        dict(FOLLOWED, elapsed=120.0, last_error="systemctl show failed (rc=1)", looks={jd.PORT: False},
+             phase="x (last error: systemctl show failed (rc=1))"), jd.TIMEOUT, D,
+        phrases=["last phase: loading weights: shard 8/16 (50%); port not open yet (last error: systemctl show "
+                 "failed (rc=1)); unit active/running"]),
     row("out of time, a look still due comes first", dict(FOLLOWED, elapsed=120.0), W, look=jd.PORT),
     row("out of time within journal_grace: its notices, then unverified",
         dict(NO_LINE, after_config_seen=False, elapsed=120.0, looks={jd.NOTICES: [], jd.POKE: None}),
