@@ -1,12 +1,14 @@
 # -*- coding: utf-8 -*-
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Every verdict of the wait, on a scripted host (fakes.FakeHost) with a fake clock."""
+"""The wait end to end on a scripted host (fakes.FakeHost) with a fake clock: every verdict as the loop reaches
+it, slices and resumes. The judge alone, branch by branch, is a table in test_judge.py."""
 import json
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _evidence as ev
 from ansible_collections.gpufleet.inference.plugins.module_utils import _judge as jd
 from ansible_collections.gpufleet.inference.plugins.module_utils import _wait as wait
-from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit
+from ansible_collections.gpufleet.inference.plugins.module_utils._journal import JournalError
+from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit, SystemdError
 
 from fakes import (COMMAND, CONFIG_2048, CONFIG_512, CONFIG_NONE, EXPECT_2048, GOOD, NEW, NEWER, OLD, STARTING,
                    STARTUP, FakeHost, entry, timed, unit_state)
@@ -643,3 +645,66 @@ def test_a_journald_that_keeps_nothing_is_named_as_the_cause():
     outcome, result, w = run(host)
     assert outcome.verdict == jd.UNVERIFIED
     assert "Storage=none" in outcome.message and "retention" not in outcome.message
+
+
+# --------------------------------------------------------------------------- the loop and its record
+
+def test_the_state_record_travels_as_plain_json_without_secrets():
+    host = healthy_host(port_at=30.0)
+    first = waiter(host)
+    assert first.run(slice_seconds=6).verdict == jd.WAITING
+    state = json.loads(json.dumps(first.to_state()))
+    assert sorted(state) == ["elapsed", "found", "journal", "notes", "phase", "phases", "tracker"]
+    assert sorted(state["tracker"]) == ["after", "baseline_restarts", "deaths", "invocation_id", "main_pid"]
+    assert sorted(state["journal"]) == ["cursor", "log", "own_cursor", "receipt", "tail"]
+    assert sorted(state["found"]) == ["evidence", "generate", "launched", "listener"]
+    assert state["tracker"]["invocation_id"] == NEW and state["elapsed"] == host.now
+    assert "sekret" not in json.dumps(state)
+    again = waiter(host, resume=state)
+    assert json.loads(json.dumps(again.to_state())) == state  # read back as it was written
+
+
+def test_a_resumed_wait_counts_the_time_of_earlier_slices():
+    host = healthy_host(port_at=None)
+    state = dict(waiter(host).to_state(), elapsed=115.0)  # the action plugin says how long the wait has taken
+    outcome = waiter(host, resume=state).run()
+    assert outcome.verdict == jd.TIMEOUT and "timed out after 12" in outcome.message and host.now < 6
+
+
+def test_a_look_is_made_at_most_once_per_look_at_the_host(monkeypatch):
+    host = healthy_host()
+    asked = []
+
+    def stubborn(snap):
+        asked.append(dict(snap.looks))
+        return jd.Judgement(jd.WAITING, "probing", look=jd.PORT)
+    monkeypatch.setattr(jd, "judge", stubborn)
+    outcome = waiter(host).run(slice_seconds=2)
+    assert outcome.verdict == jd.WAITING and "probing" in outcome.message
+    assert all(len(looks) <= 1 for looks in asked) and len(asked) < 40
+
+
+def test_a_systemd_that_stops_answering_is_named_in_the_timeout_once():
+    host = healthy_host(port_at=None)
+    answering = host.state
+
+    def state():
+        if host.now > 3:
+            raise SystemdError("systemctl show sglang.service failed (rc=1): Failed to connect to bus")
+        return answering()
+    host.state = state
+    outcome = waiter(host, timeout=10).run()
+    assert outcome.verdict == jd.TIMEOUT
+    assert outcome.message.count("(last error: systemctl show sglang.service failed") == 1, outcome.message
+
+
+def test_a_note_about_what_could_not_be_read_is_said_once():
+    lines = list(STARTUP[:6])  # nothing after the config line's place: journald's notices are read at each look
+    host = healthy_host(journal={NEW: timed(2.0, lines, 0.2)})
+
+    def broken(invocation_id, since):
+        raise JournalError("journalctl failed (rc=1)")
+    host.suppressed = broken
+    outcome, result, w = run(host, journal_grace=3)
+    assert outcome.verdict == jd.UNVERIFIED
+    assert result["notes"] == ["could not look for journald suppression notices: journalctl failed (rc=1)"]
