@@ -23,6 +23,13 @@ def line(text, cursor):
     return parsed
 
 
+def like(base, **changes):
+    """`base` with `changes` (a new dict)."""
+    found = dict(base)
+    found.update(changes)
+    return found
+
+
 def receipt(*lines, **fields):
     return dict({"version": 1, "unit": "sglang.service", "invocation_id": NEW, "verified_at": WALL0,
                  "config_line_mode": "required", "config_lines": list(lines)}, **fields)
@@ -46,11 +53,11 @@ NOTICE = {"count": 4321, "message": "Suppressed 4321 messages from sglang.servic
 # What the host showed at the main stations of a restart that goes well.
 FOLLOWED = dict(after=OLD, invocation_id=NEW, unit_state=unit_state(NEW), startup="loading weights: shard 8/16 (50%)",
                 lines_seen=3, start_seen=True, elapsed=3.0, phase="invocation %s started" % NEW)
-LOGGED = dict(FOLLOWED, journal_lines=(LINE_2048,), after_config_seen=True, startup="warmed up", lines_seen=9)
-ANSWERED = dict(LOGGED, generate=ANSWER, generate_elapsed=4.0, elapsed=4.0)
-CHECKED_ALL = dict(ANSWERED, evidence="journal", launched=CHECKED)
-NO_LINE = dict(ANSWERED, journal_lines=())  # it answers; its journal holds no config line
-SERVING = dict(FOLLOWED, after=None, phase="invocation %s started" % NEW)
+LOGGED = like(FOLLOWED, journal_lines=(LINE_2048,), after_config_seen=True, startup="warmed up", lines_seen=9)
+ANSWERED = like(LOGGED, generate=ANSWER, generate_elapsed=4.0, elapsed=4.0)
+CHECKED_ALL = like(ANSWERED, evidence="journal", launched=CHECKED)
+NO_LINE = like(ANSWERED, journal_lines=())  # it answers; its journal holds no config line
+SERVING = like(FOLLOWED, after=None, phase="invocation %s started" % NEW)
 
 
 def snapshot(looks=None, expect=None, mode=None, command=COMMAND, environment=None, **fields):
@@ -85,175 +92,176 @@ TABLE = [
         look=jd.FOLLOW),
     # --- restarts by systemd before the first look
     row("a restart before the first look asks for the crashed invocation's lines",
-        dict(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
+        like(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
              looks={jd.FOLLOW: RESTARTED_BEFORE}), W, look=jd.CRASHED_TAIL),
     row("a restart before the first look is a crash_loop naming the crashed invocation",
-        dict(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
+        like(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
              tail=("ValueError: --speculative-draft-window-size must be positive, got 0.",),
              looks={jd.FOLLOW: RESTARTED_BEFORE, jd.CRASHED_TAIL: None}), jd.CRASH_LOOP, D,
         phrases=["invocation %s exited, and systemd restarted it once before this wait first looked" % NEW,
                  "now invocation %s" % NEWER, "Cause: ValueError: --speculative-draft-window-size must be positive"]),
     row("a tolerated restart before the first look is a note",
-        dict(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
+        like(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
              policy={"crash_loop_restarts": 1}, looks={jd.FOLLOW: RESTARTED_BEFORE}), W),
     # --- deaths and restarts of the followed invocation
     row("an invocation found ended reads its journal to the end first",
-        dict(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.FOLLOW: []}), W, look=jd.READ_TO_END),
+        like(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.FOLLOW: []}), W, look=jd.READ_TO_END),
     row("an invocation that ended before the first look is a crash_loop when systemd restarts it",
-        dict(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.CRASH_LOOP, D,
+        like(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.CRASH_LOOP, D,
         phrases=["ended before it could be checked (activating/auto-restart, code=exited, status=1/FAILURE, "
                  "Result exit-code)"]),
     row("verify only: a failed invocation died",
-        dict(SERVING, unit_state=FAILED, looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.DIED, D,
+        like(SERVING, unit_state=FAILED, looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.DIED, D,
         phrases=["is not running (failed/failed, code=exited, status=1/FAILURE, Result exit-code)"]),
     row("a death names the phase, the exit status once and the likely cause",
-        dict(FOLLOWED, unit_state=FAILED, tail=TAIL, looks={jd.READ_TO_END: None}), jd.DIED, D,
+        like(FOLLOWED, unit_state=FAILED, tail=TAIL, looks={jd.READ_TO_END: None}), jd.DIED, D,
         phrases=["invocation %s ended (failed/failed, code=exited, status=1/FAILURE, Result exit-code)" % NEW,
                  "while loading weights: shard 8/16 (50%)", "Cause: RuntimeError: CUDA error",
                  "Last 2 journal lines of the invocation"]),
     row("a death without lines names the wait's phase",
-        dict(FOLLOWED, unit_state=FAILED, lines_seen=0, looks={jd.READ_TO_END: None}), jd.DIED, D,
+        like(FOLLOWED, unit_state=FAILED, lines_seen=0, looks={jd.READ_TO_END: None}), jd.DIED, D,
         phrases=["while invocation %s started" % NEW, "(no journal entries)"]),
-    row("systemd restarting it is a crash_loop", dict(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.READ_TO_END: None}),
+    row("systemd restarting it is a crash_loop", like(FOLLOWED, unit_state=AUTO_RESTART, looks={jd.READ_TO_END: None}),
         jd.CRASH_LOOP, D, phrases=["exited (code=exited, status=1/FAILURE, Result exit-code) and systemd is "
                                    "restarting it (Restart=, crash loop)"]),
     row("a restart count above the one it started with is a crash_loop",
-        dict(FOLLOWED, unit_state=unit_state(NEW, restarts=2), baseline_restarts=1, looks={jd.READ_TO_END: None}),
+        like(FOLLOWED, unit_state=unit_state(NEW, restarts=2), baseline_restarts=1, looks={jd.READ_TO_END: None}),
         jd.CRASH_LOOP, D, phrases=["was restarted by systemd (NRestarts 1 -> 2, crash loop)"]),
     row("another invocation after a restart by systemd is a crash_loop",
-        dict(FOLLOWED, unit_state=unit_state(NEWER, restarts=1), looks={jd.READ_TO_END: None}), jd.CRASH_LOOP, D,
+        like(FOLLOWED, unit_state=unit_state(NEWER, restarts=1), looks={jd.READ_TO_END: None}), jd.CRASH_LOOP, D,
         phrases=["was replaced by invocation %s (restarted by systemd: crash loop)" % NEWER]),
     row("another invocation that systemd did not restart is replaced",
-        dict(FOLLOWED, unit_state=unit_state(NEWER), looks={jd.READ_TO_END: None}), jd.REPLACED, D,
+        like(FOLLOWED, unit_state=unit_state(NEWER), looks={jd.READ_TO_END: None}), jd.REPLACED, D,
         phrases=["was replaced by invocation %s although systemd did not restart it (NRestarts 0)" % NEWER,
                  "someone or something else restarted sglang.service"]),
     row("a tolerated crash follows the next invocation",
-        dict(FOLLOWED, unit_state=AUTO_RESTART, policy={"crash_loop_restarts": 1}), W, look=jd.FOLLOW_NEXT),
-    row("a crash while settling says so", dict(ANSWERED, unit_state=AUTO_RESTART, policy={"min_ready_seconds": 10},
-                                                looks={jd.READ_TO_END: None}), jd.CRASH_LOOP, D,
+        like(FOLLOWED, unit_state=AUTO_RESTART, policy={"crash_loop_restarts": 1}), W, look=jd.FOLLOW_NEXT),
+    row("a crash while settling says so",
+        like(ANSWERED, unit_state=AUTO_RESTART, policy={"min_ready_seconds": 10}, looks={jd.READ_TO_END: None}),
+        jd.CRASH_LOOP, D,
         phrases=["while settling after its first good /generate"]),
     # --- every config line against the intent
     row("a config line with other values first reads what runs",
-        dict(FOLLOWED, journal_lines=(LINE_512,)), W, look=jd.LAUNCH),
-    row("then the unit's flags, to name them", dict(FOLLOWED, journal_lines=(LINE_512,), launched=CHECKED,
-                                                     looks={jd.LAUNCH: jd.Launch(launched=CHECKED)}), W,
-        look=jd.UNIT_FLAGS),
+        like(FOLLOWED, journal_lines=(LINE_512,)), W, look=jd.LAUNCH),
+    row("then the unit's flags, to name them",
+        like(FOLLOWED, journal_lines=(LINE_512,), launched=CHECKED, looks={jd.LAUNCH: jd.Launch(launched=CHECKED)}),
+        W, look=jd.UNIT_FLAGS),
     row("a config line with other values is a mismatch at once, naming the flag",
-        dict(FOLLOWED, journal_lines=(LINE_NONE,), launched=CHECKED,
+        like(FOLLOWED, journal_lines=(LINE_NONE,), launched=CHECKED,
              looks={jd.LAUNCH: jd.Launch(launched=CHECKED), jd.UNIT_FLAGS: FLAGS}), jd.MISMATCH, D,
         phrases=["sglang.service runs other settings than intended",
                  "draft_window_size: expected 2048 (--speculative-dflash-draft-window-size 2048 in sglang.service), "
                  "observed None in the config line of invocation %s" % NEW, "compact_cache: expected True"]),
     row("a flag missing from the unit is named",
-        dict(FOLLOWED, journal_lines=(LINE_NONE,), launched=CHECKED, looks={
+        like(FOLLOWED, journal_lines=(LINE_NONE,), launched=CHECKED, looks={
             jd.LAUNCH: None, jd.UNIT_FLAGS: jd.UnitFlags(FLAGS.flags, ("/py", "-m", "sglang.launch_server"))}),
         jd.MISMATCH, D, phrases=["no --speculative-draft-window-size / --speculative-dflash-draft-window-size in "
                                  "sglang.service's ExecStart"]),
     row("a second config line with other values is a mismatch",
-        dict(ANSWERED, journal_lines=(LINE_2048, LINE_512), launched=CHECKED, looks={jd.UNIT_FLAGS: FLAGS}),
+        like(ANSWERED, journal_lines=(LINE_2048, LINE_512), launched=CHECKED, looks={jd.UNIT_FLAGS: FLAGS}),
         jd.MISMATCH, D, phrases=["observed 512 in the second config line of invocation %s" % NEW]),
     row("a line kept by the receipt is named as such",
-        dict(SERVING, receipt=receipt(dict(LINE_512, cursor="old")), launched=CHECKED, looks={jd.UNIT_FLAGS: FLAGS}),
+        like(SERVING, receipt=receipt(dict(LINE_512, cursor="old")), launched=CHECKED, looks={jd.UNIT_FLAGS: FLAGS}),
         jd.MISMATCH, D, phrases=["in the config line of invocation %s kept by its receipt (%s)" % (NEW, RECEIPT_PATH)]),
     row("a receipt never hides a later line of the same invocation",
-        dict(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), journal_lines=(LINE_NONE,), launched=CHECKED,
+        like(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), journal_lines=(LINE_NONE,), launched=CHECKED,
              looks={jd.UNIT_FLAGS: FLAGS}), jd.MISMATCH, D,
         phrases=["observed None in the second config line of invocation %s" % NEW]),
     row("a draft runner where none was intended is a mismatch",
-        dict(FOLLOWED, expect={}, mode="absent", journal_lines=(LINE_2048,), launched=CHECKED,
+        like(FOLLOWED, expect={}, mode="absent", journal_lines=(LINE_2048,), launched=CHECKED,
              looks={jd.LAUNCH: None}), jd.MISMATCH, D,
         phrases=["expected no draft-runner line (speculative decoding off), but it logged", "draft_window_size=2048"]),
     row("a config-line mismatch names what the command line shows and the drop-ins",
-        dict(FOLLOWED, journal_lines=(LINE_512,), launched=dict(CHECKED, drop_in_paths=["/etc/d/override.conf"]),
+        like(FOLLOWED, journal_lines=(LINE_512,), launched=like(CHECKED, drop_in_paths=["/etc/d/override.conf"]),
              looks={jd.UNIT_FLAGS: FLAGS, jd.LAUNCH: jd.Launch(({
                  "key": "--speculative-dflash-draft-window-size", "expected": "2048", "observed": "512",
                  "where": "on the command line of its main process 4242", "plain": True},))}), jd.MISMATCH, D,
         phrases=["--speculative-dflash-draft-window-size: expected 2048, observed 512 on the command line of its "
                  "main process 4242", "drop-ins of sglang.service: /etc/d/override.conf"]),
     # --- systemd first
-    row("systemd logged about the invocation: its view first", dict(LOGGED, unit_stale=True), W),
+    row("systemd logged about the invocation: its view first", like(LOGGED, unit_stale=True), W),
     # --- readiness
     row("the port is probed", dict(LOGGED), W, look=jd.PORT),
-    row("a closed port is waited for", dict(FOLLOWED, looks={jd.PORT: False}), W,
+    row("a closed port is waited for", like(FOLLOWED, looks={jd.PORT: False}), W,
         phrases=["loading weights: shard 8/16 (50%); port not open yet"]),
-    row("an open port: who listens", dict(LOGGED, looks={jd.PORT: True}), W, look=jd.LISTENER),
+    row("an open port: who listens", like(LOGGED, looks={jd.PORT: True}), W, look=jd.LISTENER),
     row("a process outside the unit on the port is a foreign_listener",
-        dict(LOGGED, looks={jd.PORT: True, jd.LISTENER: FOREIGN}), jd.FOREIGN_LISTENER, D,
+        like(LOGGED, looks={jd.PORT: True, jd.LISTENER: FOREIGN}), jd.FOREIGN_LISTENER, D,
         phrases=["a process outside sglang.service answers on 127.0.1.11:30000: pid 9"]),
     row("the unit's own listener (or none checked): /generate",
-        dict(LOGGED, looks={jd.PORT: True, jd.LISTENER: None}), W, look=jd.GENERATE),
+        like(LOGGED, looks={jd.PORT: True, jd.LISTENER: None}), W, look=jd.GENERATE),
     row("a wrong api key is unauthorized",
-        dict(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: http_json(401, {"error": "Unauthorized"})}),
+        like(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: http_json(401, {"error": "Unauthorized"})}),
         jd.UNAUTHORIZED, D, phrases=["answers /generate with HTTP 401: the api_key does not match the server's "
                                      "--api-key"]),
     row("a server still warming up is waited for",
-        dict(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: STARTING}), W,
+        like(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: STARTING}), W,
         phrases=['port open, /generate not answering yet (HTTP 503 {"error": "starting"})']),
     row("an empty answer is waited for, its body shown",
-        dict(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: http_json(200, {"text": ""})}), W,
+        like(LOGGED, looks={jd.PORT: True, jd.LISTENER: None, jd.GENERATE: http_json(200, {"text": ""})}), W,
         phrases=['port open, /generate not answering yet (HTTP 200: {"text": ""})']),
     # --- the evidence once it answers
     row("config lines in the journal are the evidence", dict(ANSWERED), W),
     row("verify only: a receipt without lines stands in when no line was expected",
-        dict(SERVING, expect={}, mode="absent", receipt=receipt(config_line_mode="absent"), generate=ANSWER,
+        like(SERVING, expect={}, mode="absent", receipt=receipt(config_line_mode="absent"), generate=ANSWER,
              generate_elapsed=0.0), W),
     row("a receipt that records no config line is a missing_config_line when one is required",
-        dict(SERVING, receipt=receipt(), generate=ANSWER, generate_elapsed=0.0), jd.MISSING_CONFIG_LINE, D,
+        like(SERVING, receipt=receipt(), generate=ANSWER, generate_elapsed=0.0), jd.MISSING_CONFIG_LINE, D,
         phrases=["the receipt of invocation %s (%s) records a verification that it logged no config line" % (
             NEW, RECEIPT_PATH)]),
-    row("nothing expected and no line: nothing to compare", dict(NO_LINE, expect={}, mode="optional"), W),
+    row("nothing expected and no line: nothing to compare", like(NO_LINE, expect={}, mode="optional"), W),
     row("a missing line: journald's suppression notices are read", dict(NO_LINE), W, look=jd.NOTICES),
     row("a complete journal without the line is a missing_config_line",
-        dict(NO_LINE, looks={jd.NOTICES: []}), jd.MISSING_CONFIG_LINE, D,
+        like(NO_LINE, looks={jd.NOTICES: []}), jd.MISSING_CONFIG_LINE, D,
         phrases=["logged no config line", "its journal is complete around where the line belongs"]),
     row("off intended and a complete journal without the line: evidence",
-        dict(NO_LINE, expect={}, mode="absent", looks={jd.NOTICES: []}), W),
+        like(NO_LINE, expect={}, mode="absent", looks={jd.NOTICES: []}), W),
     row("nothing logged after the line's place yet: poke the idle server and wait",
-        dict(NO_LINE, after_config_seen=False, elapsed=6.0, looks={jd.NOTICES: []}), W, look=jd.POKE,
+        like(NO_LINE, after_config_seen=False, elapsed=6.0, looks={jd.NOTICES: []}), W, look=jd.POKE,
         phrases=["waiting for a line logged after the config line's place, or journald's suppression notice "
                  "(2s of journal_grace 35)"]),
-    row("poked already: keep watching", dict(NO_LINE, after_config_seen=False, looks={jd.NOTICES: [], jd.POKE: None}),
+    row("poked already: keep watching", like(NO_LINE, after_config_seen=False, looks={jd.NOTICES: [], jd.POKE: None}),
         W),
     row("nothing after the line's place within journal_grace is unverified",
-        dict(NO_LINE, after_config_seen=False, elapsed=40.0, looks={jd.NOTICES: []}), jd.UNVERIFIED, D,
+        like(NO_LINE, after_config_seen=False, elapsed=40.0, looks={jd.NOTICES: []}), jd.UNVERIFIED, D,
         phrases=["cannot be told whether journald dropped the line",
                  "/server_info only echoes the parsed arguments and does not count"]),
     row("a line lost to journald's rate limit is unverified, never a pass",
-        dict(NO_LINE, looks={jd.NOTICES: [NOTICE]}), jd.UNVERIFIED, D,
+        like(NO_LINE, looks={jd.NOTICES: [NOTICE]}), jd.UNVERIFIED, D,
         phrases=["journald's rate limit dropped 4321 messages of sglang.service", "Suppressed 4321 messages"]),
     row("a start gone from the journal asks journald's storage",
-        dict(NO_LINE, start_seen=False, looks={jd.NOTICES: []}), W, look=jd.STORAGE),
+        like(NO_LINE, start_seen=False, looks={jd.NOTICES: []}), W, look=jd.STORAGE),
     row("a start gone from the journal is retention",
-        dict(NO_LINE, start_seen=False, looks={jd.NOTICES: [], jd.STORAGE: "auto"}), jd.UNVERIFIED, D,
+        like(NO_LINE, start_seen=False, looks={jd.NOTICES: [], jd.STORAGE: "auto"}), jd.UNVERIFIED, D,
         phrases=["no longer holds the start of invocation %s" % NEW, "journal retention",
                  "no receipt of a verification of this invocation is in /var/lib/gpufleet-inference/receipts"]),
     row("a journald that keeps nothing is named as the cause",
-        dict(NO_LINE, start_seen=False, looks={jd.NOTICES: [], jd.STORAGE: "none"}), jd.UNVERIFIED, D,
+        like(NO_LINE, start_seen=False, looks={jd.NOTICES: [], jd.STORAGE: "none"}), jd.UNVERIFIED, D,
         phrases=["Storage=none"]),
-    row("accept_unverified accepts with a note", dict(NO_LINE, policy={"accept_unverified": True},
+    row("accept_unverified accepts with a note", like(NO_LINE, policy={"accept_unverified": True},
                                                       looks={jd.NOTICES: [NOTICE]}), W),
     # --- what runs
-    row("evidence settled: what runs is read", dict(ANSWERED, evidence="journal"), W, look=jd.LAUNCH),
+    row("evidence settled: what runs is read", like(ANSWERED, evidence="journal"), W, look=jd.LAUNCH),
     row("a command line that cannot be read yet: systemd's view first",
-        dict(ANSWERED, evidence="journal", looks={jd.LAUNCH: None}), W, look=jd.UNIT),
+        like(ANSWERED, evidence="journal", looks={jd.LAUNCH: None}), W, look=jd.UNIT),
     row("a process launched with other arguments is a mismatch",
-        dict(ANSWERED, evidence="journal", launched=CHECKED, looks={jd.LAUNCH: jd.Launch(({
+        like(ANSWERED, evidence="journal", launched=CHECKED, looks={jd.LAUNCH: jd.Launch(({
             "key": "--tp-size", "expected": "8", "observed": "4", "where": "on the command line of its main process "
             "4242", "plain": True},), launched=CHECKED)}), jd.MISMATCH, D,
         phrases=["--tp-size: expected 8, observed 4 on the command line of its main process 4242"]),
     # --- settle
-    row("settling after the first answer", dict(CHECKED_ALL, elapsed=7.0, policy={"min_ready_seconds": 10}), W,
+    row("settling after the first answer", like(CHECKED_ALL, elapsed=7.0, policy={"min_ready_seconds": 10}), W,
         phrases=["settling: serving for 3.0s of min_ready_seconds 10 (no restart, no death)"]),
-    row("settled: one more /generate", dict(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}), W,
+    row("settled: one more /generate", like(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}), W,
         look=jd.SETTLE_PROBE),
     row("no longer answering at the end of the settle is unstable",
-        dict(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}, looks={jd.SETTLE_PROBE: STARTING}),
+        like(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}, looks={jd.SETTLE_PROBE: STARTING}),
         jd.UNSTABLE, D, phrases=["answered /generate, but no longer after 10.0s of min_ready_seconds (HTTP 503"]),
     row("still answering at the end of the settle is a pass",
-        dict(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}, looks={jd.SETTLE_PROBE: GOOD}), jd.PASS, D,
+        like(CHECKED_ALL, elapsed=14.0, policy={"min_ready_seconds": 10}, looks={jd.SETTLE_PROBE: GOOD}), jd.PASS, D,
         phrases=["and stayed up for min_ready_seconds 10"]),
     row("verified by a receipt long enough ago: no settle again",
-        dict(CHECKED_ALL, receipt=receipt(dict(LINE_2048, cursor="old")), wall=WALL0 + 60, evidence="receipt",
+        like(CHECKED_ALL, receipt=receipt(dict(LINE_2048, cursor="old")), wall=WALL0 + 60, evidence="receipt",
              policy={"min_ready_seconds": 10}), jd.PASS, D, phrases=["from the receipt of its verification"]),
     # --- pass
     row("a pass names what it compared",
@@ -261,15 +269,15 @@ TABLE = [
         phrases=["sglang.service: invocation %s is serving (compared block_size=16, compact_cache=True, "
                  "draft_window_size=2048 (config line in its journal); its command line; /generate answered after "
                  "4.0s)" % NEW]),
-    row("two agreeing lines are counted", dict(CHECKED_ALL, journal_lines=(LINE_2048, dict(LINE_2048, cursor="j:9"))),
+    row("two agreeing lines are counted", like(CHECKED_ALL, journal_lines=(LINE_2048, dict(LINE_2048, cursor="j:9"))),
         jd.PASS, D, phrases=["(2 config lines in its journal)"]),
-    row("off intended: the pass says so", dict(CHECKED_ALL, expect={}, mode="absent", journal_lines=()), jd.PASS, D,
+    row("off intended: the pass says so", like(CHECKED_ALL, expect={}, mode="absent", journal_lines=()), jd.PASS, D,
         phrases=["compared no draft-runner line, as intended (speculative decoding off)"]),
     row("nothing compared: readiness only, never 'agrees'",
-        dict(CHECKED_ALL, expect={}, mode="optional", evidence="none", launched={}, journal_lines=()), jd.PASS, D,
+        like(CHECKED_ALL, expect={}, mode="optional", evidence="none", launched={}, journal_lines=()), jd.PASS, D,
         phrases=["nothing was compared (no expectation given): readiness only"]),
     row("accepted without evidence: a pass that says UNVERIFIED",
-        dict(CHECKED_ALL, evidence=jd.ACCEPTED, notes=("UNVERIFIED, accepted (accept_unverified): the line was lost",
+        like(CHECKED_ALL, evidence=jd.ACCEPTED, notes=("UNVERIFIED, accepted (accept_unverified): the line was lost",
                                                        "main process 4242: its program is /usr/bin/python3.11")),
         jd.PASS, D, phrases=["is serving, UNVERIFIED (accepted by accept_unverified): UNVERIFIED, accepted "
                              "(accept_unverified): the line was lost"]),
@@ -279,18 +287,18 @@ TABLE = [
         phrases=["timed out after 120.0s waiting for sglang.service: last phase: waiting for a new invocation",
                  "last journal line: (none seen for this invocation)"]),
     row("a timeout names the last phase and the last line",
-        dict(FOLLOWED, tail=("[2026-11-29 10:00:03] The server is fired up and ready to roll!",), elapsed=120.0,
+        like(FOLLOWED, tail=("[2026-11-29 10:00:03] The server is fired up and ready to roll!",), elapsed=120.0,
              looks={jd.PORT: False}), jd.TIMEOUT, D,
         phrases=["last phase: loading weights: shard 8/16 (50%); port not open yet",
                  "unit active/running (InvocationID %s" % NEW, "last journal line: '[2026-11-29 10:00:03] The server"]),
     row("a timeout names why reading the host fails, once",
-        dict(FOLLOWED, elapsed=120.0, last_error="systemctl show failed (rc=1)", looks={jd.PORT: False},
+        like(FOLLOWED, elapsed=120.0, last_error="systemctl show failed (rc=1)", looks={jd.PORT: False},
              phase="x (last error: systemctl show failed (rc=1))"), jd.TIMEOUT, D,
         phrases=["last phase: loading weights: shard 8/16 (50%); port not open yet (last error: systemctl show "
                  "failed (rc=1)); unit active/running"]),
-    row("out of time, a look still due comes first", dict(FOLLOWED, elapsed=120.0), W, look=jd.PORT),
+    row("out of time, a look still due comes first", like(FOLLOWED, elapsed=120.0), W, look=jd.PORT),
     row("out of time within journal_grace: its notices, then unverified",
-        dict(NO_LINE, after_config_seen=False, elapsed=120.0, looks={jd.NOTICES: [], jd.POKE: None}),
+        like(NO_LINE, after_config_seen=False, elapsed=120.0, looks={jd.NOTICES: [], jd.POKE: None}),
         jd.UNVERIFIED, D, phrases=["cannot be told whether journald dropped the line"]),
 ]
 
@@ -333,52 +341,52 @@ def test_the_first_wait_for_a_new_invocation_is_an_event_and_only_the_first():
 
 def test_evidence_is_established_with_its_source():
     assert judged(**ANSWERED).evidence == "journal"
-    assert judged(**dict(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), generate=ANSWER,
+    assert judged(**like(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), generate=ANSWER,
                          generate_elapsed=0.0)).evidence == "receipt"
-    assert judged(**dict(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), journal_lines=(
+    assert judged(**like(SERVING, receipt=receipt(dict(LINE_2048, cursor="old")), journal_lines=(
         dict(LINE_2048, cursor="j:20"),), generate=ANSWER, generate_elapsed=0.0)).evidence == "receipt+journal"
-    assert judged(**dict(NO_LINE, expect={}, mode="optional")).evidence == "none"
-    assert judged(**dict(NO_LINE, expect={}, mode="absent", looks={jd.NOTICES: []})).evidence == "journal"
-    assert judged(**dict(SERVING, expect={}, mode="absent", receipt=receipt(config_line_mode="absent"),
+    assert judged(**like(NO_LINE, expect={}, mode="optional")).evidence == "none"
+    assert judged(**like(NO_LINE, expect={}, mode="absent", looks={jd.NOTICES: []})).evidence == "journal"
+    assert judged(**like(SERVING, expect={}, mode="absent", receipt=receipt(config_line_mode="absent"),
                          generate=ANSWER, generate_elapsed=0.0)).evidence == "receipt"
 
 
 def test_a_mismatch_says_what_it_rests_on():
-    assert judged(**dict(ANSWERED, journal_lines=(LINE_512,), launched=CHECKED,
+    assert judged(**like(ANSWERED, journal_lines=(LINE_512,), launched=CHECKED,
                          looks={jd.UNIT_FLAGS: FLAGS})).evidence == "journal"
-    assert judged(**dict(SERVING, receipt=receipt(dict(LINE_512, cursor="old")), launched=CHECKED,
+    assert judged(**like(SERVING, receipt=receipt(dict(LINE_512, cursor="old")), launched=CHECKED,
                          looks={jd.UNIT_FLAGS: FLAGS})).evidence == "receipt"
 
 
 def test_accepting_unverified_keeps_the_reason_as_a_note():
-    judgement = judged(**dict(NO_LINE, policy={"accept_unverified": True}, looks={jd.NOTICES: [NOTICE]}))
+    judgement = judged(**like(NO_LINE, policy={"accept_unverified": True}, looks={jd.NOTICES: [NOTICE]}))
     assert judgement.evidence == jd.ACCEPTED and not judgement.done
     assert judgement.note.startswith("UNVERIFIED, accepted (accept_unverified): journald's rate limit dropped 4321")
 
 
 def test_a_tolerated_restart_says_which_of_how_many():
-    crash = judged(**dict(FOLLOWED, unit_state=AUTO_RESTART, policy={"crash_loop_restarts": 2}, deaths=1))
+    crash = judged(**like(FOLLOWED, unit_state=AUTO_RESTART, policy={"crash_loop_restarts": 2}, deaths=1))
     assert crash.look == jd.FOLLOW_NEXT
     assert crash.note.startswith("invocation %s exited (code=exited" % NEW)
     assert crash.note.endswith("following the next one (2 of 2 tolerated restarts)")
-    before = judged(**dict(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
+    before = judged(**like(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
                            policy={"crash_loop_restarts": 1}, looks={jd.FOLLOW: RESTARTED_BEFORE}))
     assert before.note == ("invocation(s) %s exited and systemd restarted them before this wait first looked; "
                            "following %s (1 of 1 tolerated restarts)" % (NEW, NEWER))
-    said = judged(**dict(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
+    said = judged(**like(FOLLOWED, invocation_id=NEWER, unit_state=unit_state(NEWER, restarts=1), baseline_restarts=1, deaths=1,
                          policy={"crash_loop_restarts": 1}, notes=(before.note,), looks={jd.FOLLOW: RESTARTED_BEFORE}))
     assert said.note is None and said.look == jd.PORT  # said once; the wait goes on
 
 
 def test_settling_starts_with_an_event():
-    settling = judged(**dict(CHECKED_ALL, elapsed=5.0, policy={"min_ready_seconds": 10}))
+    settling = judged(**like(CHECKED_ALL, elapsed=5.0, policy={"min_ready_seconds": 10}))
     assert settling.event == ("settling", settling.message)
-    assert judged(**dict(CHECKED_ALL, elapsed=6.0, phase=settling.message, policy={"min_ready_seconds": 10})
+    assert judged(**like(CHECKED_ALL, elapsed=6.0, phase=settling.message, policy={"min_ready_seconds": 10})
                   ).event is None
 
 
 def test_the_settle_is_not_credited_by_a_receipt_written_moments_ago():
-    fresh = judged(**dict(CHECKED_ALL, receipt=receipt(dict(LINE_2048, cursor="old")), wall=WALL0 + 3,
+    fresh = judged(**like(CHECKED_ALL, receipt=receipt(dict(LINE_2048, cursor="old")), wall=WALL0 + 3,
                           evidence="receipt", policy={"min_ready_seconds": 10}))
     assert fresh.verdict == jd.WAITING and "settling" in fresh.message
 
@@ -398,13 +406,13 @@ def test_snapshot_looks_cannot_be_changed():
 
 @pytest.mark.parametrize("fields,due", [
     (dict(CHECKED_ALL), True),
-    (dict(CHECKED_ALL, policy={"write_receipt": False}), False),
-    (dict(CHECKED_ALL, expect={}, mode="optional", evidence="none", journal_lines=()), False),  # compared nothing
-    (dict(CHECKED_ALL, expect={}, mode="optional"), False),  # a line read, nothing compared with it
-    (dict(CHECKED_ALL, expect={}, mode="absent", journal_lines=()), True),  # "off" was checked
-    (dict(CHECKED_ALL, evidence=jd.ACCEPTED, journal_lines=()), False),  # never without evidence
-    (dict(CHECKED_ALL, receipt=receipt(LINE_2048), journal_lines=()), False),  # the receipt of it stays
-    (dict(CHECKED_ALL, receipt=receipt(LINE_2048)), True),  # its journal added lines
+    (like(CHECKED_ALL, policy={"write_receipt": False}), False),
+    (like(CHECKED_ALL, expect={}, mode="optional", evidence="none", journal_lines=()), False),  # compared nothing
+    (like(CHECKED_ALL, expect={}, mode="optional"), False),  # a line read, nothing compared with it
+    (like(CHECKED_ALL, expect={}, mode="absent", journal_lines=()), True),  # "off" was checked
+    (like(CHECKED_ALL, evidence=jd.ACCEPTED, journal_lines=()), False),  # never without evidence
+    (like(CHECKED_ALL, receipt=receipt(LINE_2048), journal_lines=()), False),  # the receipt of it stays
+    (like(CHECKED_ALL, receipt=receipt(LINE_2048)), True),  # its journal added lines
 ], ids=["compared", "switched off", "readiness only", "nothing expected", "off checked", "accepted unverified",
         "receipt kept", "receipt and later lines"])
 def test_a_pass_leaves_a_receipt_only_of_what_it_compared(fields, due):
