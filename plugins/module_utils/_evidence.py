@@ -45,6 +45,45 @@ def config_line_mode(mode, expect):
     return REQUIRED if expect else OPTIONAL
 
 
+def environment_text(environment):
+    """NAME -> value as systemd sets it: text (None -> '', booleans -> 1/0, as the role renders)."""
+    out = {}
+    for key, value in (environment or {}).items():
+        if value is None:
+            value = ""
+        elif isinstance(value, bool):
+            value = "1" if value else "0"
+        out[str(key)] = str(value)
+    return out
+
+
+class Intent(object):
+    """What the process must run: config-line values (and whether a line may appear at all),
+    its command line, and its environment (each optional)."""
+
+    def __init__(self, expect=None, config_line=None, command=None, environment=None):
+        self.expect = cfg.normalize_expect(expect)
+        self.mode = config_line_mode(config_line, self.expect)
+        self.command = list(command) if command else None
+        self.environment = environment_text(environment) if environment is not None else None
+
+
+def judged_lines(receipt, journal_lines):
+    """Every config line to judge: those the receipt kept (for a start the journal may no longer
+    hold), then those read from the journal that the receipt does not hold already - a receipt
+    stands in only for lines the journal no longer has and never hides a later one."""
+    kept = list(receipt.get("config_lines") or []) if receipt else []
+    cursors = set(line.get("cursor") for line in kept)
+    return kept + [line for line in journal_lines if line.get("cursor") not in cursors]
+
+
+def evidence_source(receipt, journal_lines):
+    """Where the config-line evidence comes from: journal, receipt, receipt+journal."""
+    if receipt is None:
+        return "journal"
+    return "receipt+journal" if journal_lines else "receipt"
+
+
 def mismatches(expect, mode, lines):
     """Mismatches of every config line against the intent: list of {key, expected, observed, line}.
 

@@ -187,13 +187,8 @@ class LookBack(object):
         self.receipt = receipt
         self.entries = entries
         self.note = note
-        kept = list(receipt.get("config_lines") or []) if receipt is not None else []
-        self.lines = kept + [line for line in log.config_lines
-                             if line.get("cursor") not in set(item.get("cursor") for item in kept)]
-        if receipt is None:
-            self.source = "journal" if self.lines else None
-        else:
-            self.source = "receipt+journal" if log.config_lines else "receipt"
+        self.lines = ev.judged_lines(receipt, log.config_lines)
+        self.source = ev.evidence_source(receipt, log.config_lines) if self.lines or receipt is not None else None
 
 
 def look_back(host, invocation_id):

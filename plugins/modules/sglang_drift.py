@@ -265,7 +265,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._drift import DriftCheck
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
-from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Intent
+from ansible_collections.gpufleet.inference.plugins.module_utils._evidence import Intent
 
 FILE_SPEC = dict(path=dict(type="path", required=True), content=dict(type="str", required=True),
                  mode=dict(type="raw"), owner=dict(type="str"), group=dict(type="str"),

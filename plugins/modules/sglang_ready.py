@@ -289,13 +289,9 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.inference.plugins.module_utils import _argspec
 from ansible_collections.gpufleet.inference.plugins.module_utils._http import server_api_key
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import CommandRunner, Host
-from ansible_collections.gpufleet.inference.plugins.module_utils._wait import (
-    CHECK_MODE,
-    WAITING,
-    Intent,
-    Policy,
-    Waiter,
-)
+from ansible_collections.gpufleet.inference.plugins.module_utils._evidence import Intent
+from ansible_collections.gpufleet.inference.plugins.module_utils._judge import CHECK_MODE, WAITING, Policy
+from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Waiter
 
 ARGUMENT_SPEC = _argspec.merged(
     _argspec.SERVER, _argspec.UNIT, _argspec.INTENT, _argspec.WAIT, _argspec.PROBE,
@@ -347,15 +343,15 @@ def run(module, host=None):
                          msg="check mode: nothing was restarted, so there is no new invocation of %s to wait for"
                          % params["unit"])
     waiter = build_waiter(module, host)
-    outcome = waiter.run(params["slice_seconds"] or None)
+    judgement = waiter.run(params["slice_seconds"] or None)
     result = waiter.result()
-    result.update(changed=bool(result["receipt"]), verdict=outcome.verdict, msg=outcome.msg)
-    if outcome.verdict == WAITING:
+    result.update(changed=bool(result["receipt"]), verdict=judgement.verdict, msg=judgement.message)
+    if judgement.verdict == WAITING:
         result["state"] = waiter.to_state()
         module.exit_json(**result)
-    if not result["verified"] and outcome.ok:
-        module.warn(outcome.msg)
-    if not outcome.ok:
+    if not result["verified"] and judgement.ok:
+        module.warn(judgement.message)
+    if not judgement.ok:
         module.fail_json(**result)
     module.exit_json(**result)
 

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.gpufleet.inference.plugins.module_utils import _drift as drift
 from ansible_collections.gpufleet.inference.plugins.module_utils._journal import JournalError
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import EffectiveUnit, SystemdError
-from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Intent
+from ansible_collections.gpufleet.inference.plugins.module_utils._evidence import Intent
 
 from fakes import (COMMAND, CONFIG_2048, CONFIG_NONE, CONFIG_512, EXPECT_2048, GOOD, NEW, OLD, STARTING, STARTUP, WALL0, FakeHost,
                    timed, unit_state)

@@ -199,3 +199,32 @@ def test_a_receipt_someone_else_could_have_written_is_not_read(tmp_path):
         os.chown(path, 4711, -1)  # owned by another user than root or the one checking
         assert not ev.trusted_file(path) and ev.read_receipt(path) is None
     assert not ev.trusted_file(str(tmp_path / "missing.json"))
+
+
+def test_an_intent_coerces_what_ansible_passes():
+    intent = ev.Intent({"draft_window_size": "2048", "compact_cache": "true"}, None, ("/py", "-m", "x"),
+                       {"A": 1, "B": None, "C": True, "D": False})
+    assert intent.expect == {"draft_window_size": 2048, "compact_cache": True} and intent.mode == ev.REQUIRED
+    assert intent.command == ["/py", "-m", "x"]
+    assert intent.environment == {"A": "1", "B": "", "C": "1", "D": "0"}  # as systemd sets them
+    nothing = ev.Intent()
+    assert (nothing.expect, nothing.mode, nothing.command, nothing.environment) == ({}, ev.OPTIONAL, None, None)
+
+
+def test_judged_lines_are_the_receipts_then_the_journals_later_ones():
+    kept = dict(LINE_2048, cursor="c:6")
+    later = dict(LINE_NONE, cursor="c:30")
+    receipt = {"config_lines": [kept]}
+    assert ev.judged_lines(receipt, [dict(LINE_2048, cursor="c:6"), later]) == [kept, later]  # read twice: once
+    assert ev.judged_lines(None, [later]) == [later]
+    assert ev.judged_lines({"config_lines": []}, []) == []
+
+
+@pytest.mark.parametrize("receipt,journal_lines,source", [
+    (None, [LINE_2048], "journal"),
+    (None, [], "journal"),
+    ({"config_lines": [LINE_2048]}, [], "receipt"),
+    ({"config_lines": [LINE_2048]}, [LINE_NONE], "receipt+journal"),
+])
+def test_evidence_source_names_the_receipt_whenever_it_counts(receipt, journal_lines, source):
+    assert ev.evidence_source(receipt, journal_lines) == source

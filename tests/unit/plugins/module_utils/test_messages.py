@@ -5,7 +5,7 @@ import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _config_line as cfg
 from ansible_collections.gpufleet.inference.plugins.module_utils import _messages as msgs
-from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Intent
+from ansible_collections.gpufleet.inference.plugins.module_utils._evidence import Intent
 
 from fakes import CONFIG_2048, EXPECT_2048, NEW
 

@@ -179,7 +179,7 @@ def test_defaults(monkeypatch):
     assert params["slice_seconds"] == 30 and params["write_receipt"] is True and params["accept_unverified"] is False
     assert params["receipt_dir"] == "/var/lib/gpufleet-inference/receipts"
     waiter = sglang_ready.build_waiter(module, FakeHost(states=[(0.0, unit_state(NEW))]))
-    assert waiter.tracker.verify_only and waiter.intent.mode == "optional"
+    assert waiter.state.tracker.after is None and waiter.intent.mode == "optional"  # verifies the running one
     assert waiter.policy.write_receipt is True and waiter.policy.journal_grace == 35
 
 
@@ -190,7 +190,7 @@ def test_build_waiter_maps_every_parameter(monkeypatch):
         "request_timeout": 7, "crash_loop_restarts": 2, "journal_grace": 9, "accept_unverified": True,
         "write_receipt": True}, check_mode=True)
     waiter = sglang_ready.build_waiter(module, FakeHost(states=[(0.0, unit_state(NEW))]))
-    assert waiter.tracker.after == OLD and waiter.tracker.crash_loop_restarts == 2
+    assert waiter.state.tracker.after == OLD and waiter.policy.crash_loop_restarts == 2
     assert waiter.intent.expect == {"draft_window_size": 2048} and waiter.intent.mode == "optional"
     assert waiter.intent.command == COMMAND and waiter.intent.environment == {"A": "1"}
     policy = waiter.policy
