@@ -58,17 +58,17 @@ def test_every_role_variable_is_in_the_table():
 
 
 def playbook_variables_read():
-    """Every rollout_*/verify_*/sweep_* variable a playbook reads with a default (a user's knob) and does not
+    """Every rollout_*/verify_*/sweep_*/status_* variable a playbook reads with a default (a user's knob) and does not
     set itself (set_fact, play vars, register), and the router variables they read."""
     found, own = set(), set()
     for path in (REPO / "playbooks").rglob("*.yml"):
         if path == generate.PLAYBOOK_SPEC:
             continue
         text = "\n".join(line for line in path.read_text().splitlines() if not line.lstrip().startswith("#"))
-        found.update(re.findall(r"\b((?:rollout|verify|sweep)_[a-z_]+) \| default\(", text))
+        found.update(re.findall(r"\b((?:rollout|verify|sweep|status)_[a-z_]+) \| default\(", text))
         found.update(re.findall(r"\b(sglang_router_(?:url|api_key))\b", text))
         found.update(re.findall(r"\b(sweep_matrix)\b", text))
-        own.update(re.findall(r"^\s+((?:rollout|verify|sweep)_[a-z_]+):", text, re.M))
+        own.update(re.findall(r"^\s+((?:rollout|verify|sweep|status)_[a-z_]+):", text, re.M))
         own.update(re.findall(r"^\s+register: (\w+)", text, re.M))
     return found - own
 
