@@ -50,7 +50,7 @@ UNVERIFIED = "unverified"
 NOT_RUNNING = "not_running"
 NOT_INSTALLED = "not_installed"
 
-# A process's start time is known to ~10 ms (clock ticks, /proc/uptime's two decimals; _process.boot_epoch):
+# A process's start time is known to a hundredth of a second (clock ticks, /proc/uptime's two decimals; _process.boot_epoch):
 # a file written within that of the start is not taken as written after it.
 START_TIME_PRECISION = 0.05
 

@@ -117,7 +117,7 @@ def preload():
     """Import what a call needs (urllib, http.client, ssl) now. For controller-side plugins, at their import:
     ansible-playbook's main process loads an action plugin's class (its strategy reads its attributes) before
     it forks a worker per host and task, so every worker that calls the router inherits these modules
-    instead of importing them again (~20 ms of controller CPU per worker). On a host, modules keep the
+    instead of importing them again. On a host, modules keep the
     lazy import: a module run that makes no call does not pay for it."""
     import ssl  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     import urllib.request  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
@@ -127,8 +127,8 @@ def open_url_transport(validate_certs=True):
     """``(method, url, payload, headers, timeout) -> Response`` over the standard library's urllib.
 
     One opener (and for https one SSL context, the system's CA certificates loaded once) per process
-    and ``validate_certs``. Not ``ansible.module_utils.urls``: importing it costs ~0.09 s of CPU
-    (it loads ``cryptography``) in every module run and every controller worker that makes a call -
+    and ``validate_certs``. Not ``ansible.module_utils.urls``: importing it loads ``cryptography``
+    in every module run and every controller worker that makes a call -
     once per host per batch on the controller, once per wait slice on a host - for features these
     JSON calls do not use (client certificates, GSSAPI, netrc, unix sockets).
     """

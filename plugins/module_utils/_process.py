@@ -38,7 +38,7 @@ def process_alive(pid, root="/"):
 
 
 def boot_epoch(root="/"):
-    """When the machine booted, in epoch seconds, to ~10 ms, or None.
+    """When the machine booted, in epoch seconds, to a hundredth of a second, or None.
 
     /proc/stat's btime is that instant truncated to whole seconds: with it alone a process's start
     reads up to a second early, and a restart within that second of a file's write looks like a file

@@ -18,7 +18,7 @@ import traceback
 from ansible_collections.gpufleet.inference.plugins.module_utils._files import write_atomic
 
 # matplotlib is imported only where a chart is drawn: every gpufleet filter loads the filter
-# files, and a top-level import made each of them pay ~0.7 s of CPU on the controller.
+# files, and a top-level import would make each of them import matplotlib on the controller.
 
 
 CHART_SKIPPED = ("matplotlib cannot be imported on the controller (%s); install the collection's optional "

@@ -206,7 +206,7 @@ def summary_text(summary):
     """summary.json's text: the run and the counts indented, then each host's record on ONE line
     (`grep HOST summary.json` shows that host; keys sorted). Why not all indented: a rollout rewrites
     the summary at every step of every host, and Python's json encodes indented text in Python, the
-    compact one in C - 1.8 against 0.4 ms for a 16-host summary, per step, growing with the fleet."""
+    compact one in C (tests/benchmarks/RESULTS.md)."""
     hosts = summary.get("hosts")
     if not isinstance(hosts, list):
         return json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n"

@@ -82,8 +82,8 @@ options:
         (RV(verdict=waiting)), which the plugin hands to the next call. V(0) - the whole wait in one call.
       - A call also returns when the start reaches a new phase (at least 5 seconds in), so each phase shows when it
         begins; between phases a progress line comes at least this often.
-      - Each call is one module run on the host, about 20 ms of controller CPU (measured,
-        C(tests/benchmarks/bench_detect.py)) - 0.2 s per host over a 300 s model load at the default, 0.6 s at 10.
+      - Each call is one module run on the host, which costs the controller CPU; long slices keep a minutes-long
+        model load cheap (figures - the guide's controller tuning page).
     type: float
     default: 30
   progress:

@@ -25,7 +25,7 @@ display = Display()
 
 MODULE = "gpufleet.inference.sglang_ready"
 # Each slice is a module run: long slices keep a minutes-long load cheap for the controller
-# (docs/performance.md); a phase change still ends a slice early, so progress shows at once.
+# (docs/docsite/rst/performance.rst); a phase change still ends a slice early, so progress shows at once.
 DEFAULT_SLICE_SECONDS = 30.0
 # Progress lines name the module: with display_skipped_hosts off, Ansible prints a task's banner
 # only with its first result, after these lines.

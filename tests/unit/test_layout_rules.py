@@ -6,8 +6,11 @@
 - no ``ansible.builtin.shell`` (or ``shell``) task in ``playbooks/``;
 - no Jinja program longer than 3 lines in ``playbooks/`` or ``roles/*/tasks/``, counted in the SOURCE
   with the ``|``/``>-`` indicator line (a folded scalar is one string once parsed, but as many lines as
-  the reader has to read).
+  the reader has to read);
+- no comment or docstring quoting a timing (issue 28: figures live in tests/benchmarks/RESULTS.md and the guide);
+- no module sent to a host importing controller-only code (issue 28).
 """
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,53 @@ def test_the_rule_catches_what_it_must():
     assert jinja_scalars(plain) == [(3, 2), (5, 1)]
     assert [task["name"] for task in tasks(yaml.safe_load("- hosts: all\n  tasks:\n    - name: s\n      shell: ls\n"))
             ] == ["s"]
+
+
+# ------------------------------------------------------------------ issue 28: comments, host-side modules
+
+# Measurements live in tests/benchmarks/RESULTS.md and the guide's performance page, not in the code.
+TIMING = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs)\b|\b\d+(?:\.\d+)?\s?s of (?:controller )?CPU\b")
+CODE = sorted([*REPO.glob("plugins/**/*.py"), *REPO.glob("roles/**/*.yml"), *REPO.glob("playbooks/**/*.yml"),
+               REPO / "ansible.cfg"])
+
+
+def timing_quotes(text):
+    return [line.strip() for line in text.splitlines() if TIMING.search(line)]
+
+
+def test_no_comment_or_docstring_quotes_a_timing():
+    found = {}
+    for path in CODE:
+        quoted = timing_quotes(path.read_text())
+        if quoted:
+            found[str(path.relative_to(REPO))] = quoted
+    assert found == {}, "move the figures to tests/benchmarks/RESULTS.md or the guide"
+    assert timing_quotes("# a call costs ~20 ms of controller CPU") and timing_quotes("# 0.09 s of CPU per run")
+    assert not timing_quotes("# waits 30 seconds at most") and not timing_quotes("timeout=5.0")
+
+
+# Code that only the controller runs: a module sent to a host must not carry it.
+CONTROLLER_ONLY = {"_args", "_hostpath", "_fleet", "_rollout", "_records", "_sweep"}
+IMPORT = re.compile(r"plugins\.module_utils(?:\.(\w+)| import (\w+))")
+
+
+def module_utils_of(path, seen=None):
+    """Every module_utils file `path` imports, directly or through another."""
+    seen = set() if seen is None else seen
+    for match in IMPORT.finditer(path.read_text()):
+        name = match.group(1) or match.group(2)
+        if name not in seen:
+            seen.add(name)
+            module_utils_of(REPO / "plugins" / "module_utils" / f"{name}.py", seen)
+    return seen
+
+
+@pytest.mark.parametrize("path", sorted(REPO.glob("plugins/modules/*.py")), ids=lambda p: p.name)
+def test_no_module_sent_to_a_host_imports_controller_only_code(path):
+    if "AnsibleModule" not in path.read_text():
+        return  # the documentation of an action plugin: never sent to a host
+    assert module_utils_of(path) & CONTROLLER_ONLY == set(), path.name
+
+
+def test_the_import_walk_sees_an_indirect_import():
+    assert "_args" in module_utils_of(REPO / "plugins" / "module_utils" / "_hostpath.py")
