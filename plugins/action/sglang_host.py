@@ -43,8 +43,8 @@ class ActionModule(ActionBase):
         leasing = self._task.args.get("state") == "leased"
         held = given.get("generation") is not None
         # a caller's lease while it is held; the role's own holder again (it takes and releases per step)
-        if given.get("session") and ((held and given.get("kind") != "role") or (not leasing and given.get("kind") ==
-                                                                               "role")):
+        mine = given.get("kind") == "role"
+        if given.get("session") and ((held and not mine) or (mine and not leasing)):
             return dict(given)
         kind = str(self._task.args.get("kind") or "sweep") if leasing else "role"
         return _holder.make_holder(kind, "%s-%s" % (kind, new_run_id()), task_vars)

@@ -411,8 +411,8 @@ class ActionModule(ActionBase):
                 ", ".join(pending) or "none", text, " Kept leased (caught mid-change; the same command resumes the "
                 "run): %s." % ", ".join(kept) if kept else "")
         elif pending and not run.get("check_mode"):
-            out["failed_msg"] = "Rollout %s ended with hosts not done: %s (%s)" % (run["run_id"], ", ".join(pending),
-                                                                                  text)
+            out["failed_msg"] = "Rollout %s ended with hosts not done: %s (%s)" % (
+                run["run_id"], ", ".join(pending), text)
         out["msg"] = out.get("failed_msg") or "Rollout %s: %s" % (run["run_id"], text)
         return out
 

@@ -442,9 +442,9 @@ def markdown(summary):
     """summary.md: the run and one table row per host, for people (the JSON is for tools)."""
     run = summary.get("run") or {}
     lines = ["# Rollout %s" % run.get("run_id", "?"), "",
-             "Status: %s. Controller: %s, user %s%s." % (run.get("status", "?"), run.get("controller", "?"),
-                                                       run.get("user", "?"),
-                                                       ", AWX job %s" % run["job"] if run.get("job") else ""), "",
+             "Status: %s. Controller: %s, user %s%s." % (
+                 run.get("status", "?"), run.get("controller", "?"), run.get("user", "?"),
+                 ", AWX job %s" % run["job"] if run.get("job") else ""), "",
              "| host | status | old -> new invocation | ready | in router | note |",
              "|---|---|---|---|---|---|"]
     for record in summary.get("hosts") or []:

@@ -40,7 +40,7 @@ options:
       - V(reverted) - restore the last-known-good files, restart and verify the reverted process; sets the fact
         C(sglang_revert) and does not fail.
       - V(leased) - take the host's lease (M(gpufleet.inference.sglang_lease)) for a writer of O(kind) that changes it
-        over several tasks - the playbook C(gpufleet.inference.sweep) - and set the fact C(sglang_lease_holder): the
+        over several tasks - the playbook C(gpufleet.inference.sweep) - and set the fact C(sglang_lease_holder); the
         role's steps then renew that lease instead of taking their own. Fails, naming the holder, when a live run
         holds the host.
       - V(released) - release that lease.

@@ -25,10 +25,10 @@ description:
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
   - gpufleet.inference.attributes
 attributes:
   check_mode:
-    support: full
     details:
       - Reports what it would take or release; writes nothing.
   diff_mode:

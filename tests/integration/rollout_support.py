@@ -704,3 +704,50 @@ def failures(out: str) -> list[tuple[str, str, str]]:
                 body.append(follow)
             found.append((task, fatal.group(1).split(" -> ")[0], " ".join(" ".join(body).split())))
     return found
+
+
+# ------------------------------------------------------------------ the fleet's leases and records (issue 29)
+
+DEPLOYED_WINDOW = 1024  # what fleet_of deploys
+
+
+@pytest.fixture
+def fleet_of(clean_fleet, need_router, make_inventory, lab, lab_hosts):
+    """deploy(hosts, **vars) -> (inventory, state): hosts deployed on window 1024 by the role, in the router."""
+    def deploy(hosts, **over):
+        inv = make_inventory()
+        inv.set_vars(sglang_speculative_draft_window_size=DEPLOYED_WINDOW, **over)
+        inv.deploy(limit=",".join(h["name"] for h in hosts), join_router=True)
+        state = fleet_state(lab, lab_hosts, need_router)
+        for host in hosts:
+            assert_runs(state[host["name"]], DEPLOYED_WINDOW, in_router=True)
+        return inv, state
+    return deploy
+
+
+def leases(lab: Lab, hosts: list[dict]) -> dict:
+    """{host: lease} of the hosts whose lease binds now."""
+    states = {h["name"]: host_state(lab, h) for h in hosts}
+    return {name: state["lease"] for name, state in states.items() if state["leased"]}
+
+
+def fleet_record(lab: Lab, host: dict) -> dict:
+    """The host's own record (sglang_fleet_dir), {} when it has none."""
+    return host_state(lab, host)["fleet_record"] or {}
+
+
+def kill_group(run: Playbook) -> None:
+    """The controller dies: SIGKILL to ansible-playbook's whole process group (no finish, no release)."""
+    os.killpg(run.pid, signal.SIGKILL)
+    run.proc.wait()
+
+
+def wait_lease_expired(lab: Lab, host: dict, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while leases(lab, [host]):
+        assert time.monotonic() < deadline, f"{host['name']}: lease still binds after {timeout}s"
+        time.sleep(1)
+
+
+def in_router(url: str) -> set:
+    return {w["url"] for w in router_workers(url)}

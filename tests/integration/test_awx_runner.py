@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_support import BIN, REPO
-from rollout_support import SIM_ENV, assert_runs, describe, fleet_state, host_state, playbook_env
-from test_fleet_truth import fleet_record, leases, wait_lease_expired
+from lab_support import BIN
+from rollout_support import (SIM_ENV, assert_runs, describe, fleet_record, fleet_state, host_state, leases,
+                             playbook_env, wait_lease_expired)
+from rollout_support import fleet_of, lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
 from test_rollout_safety import NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, names
 
 SHORT_LEASE = 15  # seconds: the killed job's lease of the canary runs out within the test

@@ -13,71 +13,19 @@ each host's lease and record (read through the container) - not only what the pl
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-import shutil
-import signal
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
-from lab_support import BIN, REPO, ansible_playbook
-from rollout_support import (SIM_ENV, Playbook, Records, add_workers, assert_records_consistent, assert_runs, describe,
-                             failures, fleet_state, play_batches, playbook_env, remove_workers, router_workers,
-                             worker_url)
+from rollout_support import (SIM_ENV, Playbook, Records, assert_records_consistent, assert_runs, describe, failures,
+                             fleet_record, fleet_state, in_router, kill_group, leases, play_batches,
+                             remove_workers, router_workers, worker_url)
+from rollout_support import fleet_of, lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
 from test_rollout_safety import (NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, assert_untouched, finished, names,
                                  rollout, wait_started)
 
 PLAN_TASK = "Plan the run from what the fleet holds (leases, records, the router's workers)"
 CAPACITY_TASK = "Check that the group keeps enough healthy workers while this batch is out"
-SHORT_LEASE = 15  # seconds: a killed job's lease runs out within a test
-
-
-@pytest.fixture
-def fleet_of(clean_fleet, need_router, make_inventory, lab, lab_hosts):
-    """deploy(hosts, **vars) -> (inventory, state): hosts deployed on OLD by the role, in the router."""
-    def deploy(hosts, **over):
-        inv = make_inventory()
-        inv.set_vars(sglang_speculative_draft_window_size=OLD, **over)
-        inv.deploy(limit=",".join(names(hosts)), join_router=True)
-        state = fleet_state(lab, lab_hosts, need_router)
-        for host in hosts:
-            assert_runs(state[host["name"]], OLD, in_router=True)
-        return inv, state
-    return deploy
-
-
-def leases(lab, hosts) -> dict:
-    """{host: lease} of the hosts whose lease binds now."""
-    state = {h["name"]: h for h in hosts}
-    from rollout_support import host_state
-    return {name: host_state(lab, host)["lease"] for name, host in state.items() if host_state(lab, host)["leased"]}
-
-
-def fleet_record(lab, host) -> dict:
-    from rollout_support import host_state
-    return host_state(lab, host)["fleet_record"] or {}
-
-
-def kill_group(run: Playbook) -> None:
-    """The controller dies: SIGKILL to ansible-playbook's whole process group (no finish, no release)."""
-    os.killpg(run.pid, signal.SIGKILL)
-    run.proc.wait()
-
-
-def wait_lease_expired(lab, host, timeout=90) -> None:
-    deadline = time.monotonic() + timeout
-    while leases(lab, [host]):
-        assert time.monotonic() < deadline, f"{host['name']}: lease still binds after {timeout}s"
-        time.sleep(1)
-
-
-def in_router(url: str) -> set:
-    return {w["url"] for w in router_workers(url)}
-
-
 # ------------------------------------------------------------------ cases 2, 6, 7: an interrupted run
 
 def test_an_interrupted_run_resumes_from_another_directory_only_with_its_own_intent(
@@ -109,7 +57,7 @@ def test_an_interrupted_run_resumes_from_another_directory_only_with_its_own_int
     # ... and with the canary: it left the canary with other settings
     refused = finished(rollout(inv, tmp_path / "other", hosts))
     assert refused.rc != 0 and "this run brings other settings" in " ".join(refused.out.split()), refused
-    assert f"rollout_takeover=true" in " ".join(refused.out.split()), refused
+    assert "rollout_takeover=true" in " ".join(refused.out.split()), refused
     now = fleet_state(lab, lab_hosts, need_router)
     for host in (second, third):
         assert_runs(now[host["name"]], OLD, in_router=True)  # nothing drained
@@ -270,7 +218,7 @@ def test_an_unreachable_host_holds_nothing_an_operators_drain_is_kept_and_free_s
         remove_workers(need_router, [second])
         run = finished(rollout(inv, tmp_path / "c", [first, second]))
         assert run.rc == 0, run
-        assert down["name"] not in run.out.split("PLAY RECAP")[0].replace(f"{down['name']}:", ""), run
+        assert down["name"] not in run.out.split("PLAY RECAP", maxsplit=1)[0].replace(f"{down['name']}:", ""), run
     finally:
         lab.restore_ssh(down["name"])
     records = Records(tmp_path / "c")

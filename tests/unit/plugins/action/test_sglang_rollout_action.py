@@ -126,8 +126,8 @@ def test_a_check_run_is_named_as_one_and_sends_no_host_on(tmp_path, shown, monke
 
 # ------------------------------------------------------------------ prepared: the plan
 
-def test_the_plan_sends_what_differs_writes_the_copy_and_names_the_worker_to_drain(tmp_path, shown, monkeypatch,
-                                                                                  built):
+def test_the_plan_sends_what_differs_writes_the_copy_and_names_the_worker_to_drain(
+        tmp_path, shown, monkeypatch, built):
     run = start(tmp_path)
     out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {"in_sync": True}}, workers=[URL["gpu-1"], URL["gpu-2"]])
     assert not out.get("failed"), out
@@ -158,8 +158,8 @@ def test_a_host_leased_by_a_live_run_refuses_the_plan_and_nothing_is_written(tmp
     assert not (tmp_path / run["run_id"]).exists() and built == []
 
 
-def test_an_interrupted_run_of_the_same_intent_is_resumed_from_another_controller(tmp_path, shown, monkeypatch,
-                                                                                   built):
+def test_an_interrupted_run_of_the_same_intent_is_resumed_from_another_controller(
+        tmp_path, shown, monkeypatch, built):
     run = start(tmp_path)
     left = {"kind": "rollout", "run_id": "r-old", "step": "applying", "intent_digest": "d-gpu-1",
             "drained_by": "r-old"}
@@ -223,8 +223,9 @@ def test_every_host_leased_or_the_ones_taken_are_released(tmp_path):
     # copy goes (it changed and held nothing)
     copy = tmp_path / "r-new"
     copy.mkdir()
-    out = act(dict(state="leased", hosts=HOSTS, gate=refused, run={"run_id": "r-new", "run_dir": str(copy)}), hostvars={"gpu-1": {"rollout_lease": {"skipped": True}},
-                                                                         "gpu-2": {"rollout_lease": {"skipped": True}}})
+    skipped = {"rollout_lease": {"skipped": True}}
+    out = act(dict(state="leased", hosts=HOSTS, gate=refused, run={"run_id": "r-new", "run_dir": str(copy)}),
+              hostvars={"gpu-1": skipped, "gpu-2": skipped})
     assert out["failed"] and out["release"] == [] and "first host could not be leased" in out["msg"]
     assert "sweep sw-1 on bastion-3" in out["msg"] and not copy.exists()
 

@@ -12,8 +12,8 @@ BOB = {"kind": "rollout", "run_id": "r-bob", "session": "s-bob", "controller": "
        "generation": None}
 
 
-def taken(holder=ALICE, now=NOW, seconds=300):
-    lease, action, note = _lease.take(None, holder, now, seconds, "d1")
+def taken(holder=None, now=NOW, seconds=300):
+    lease, action, note = _lease.take(None, holder or ALICE, now, seconds, "d1")
     assert action == "acquire" and note is None
     return lease
 
