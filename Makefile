@@ -13,12 +13,12 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: help venv system-deps link lab-up lab-down lab-status demo test test-unit test-functional sanity lint \
-        test-integration molecule build ee docs verdict-examples test-docs bench clean
+        test-integration molecule build ee docs verdict-examples golden test-docs bench clean
 
 help:
 	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
 	@echo "make test             every test layer (unit, functional, docs, sanity, lint, core-range, integration, molecule)"
-	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | docs | verdict-examples | bench"
+	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | docs | verdict-examples | golden | bench"
 	@echo "make test-unit | test-functional | test-docs | sanity | lint | test-integration | molecule"
 
 # The development toolchain (tests/requirements.txt); the collection's own run-time needs are in
@@ -69,6 +69,11 @@ docs: venv link
 # docs/verdict-examples.json and the troubleshooting page.
 verdict-examples: venv
 	$(PY) docs/tools/generate.py --take-captured
+
+# The golden renders (tests/golden/): every example host's unit, journald drop-in and config file as the role
+# renders them; a unit test fails when they differ.
+golden: venv link
+	$(PY) tests/golden/render.py --write
 
 test-docs: system-deps venv link
 	$(PY) tests/run_layers.py docs
