@@ -65,7 +65,8 @@ class ActionModule(ActionBase):
         lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic, gone=_holder.gone)
         path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host,
                            lease=lease)
-        if self._task.check_mode and state not in ("verified", "leased", "released"):
+        # installed runs its modules in check mode (they report, with --diff, what they would write)
+        if self._task.check_mode and state not in ("installed", "verified", "leased", "released"):
             result.update(changed=bool(drift.get("changed_files")) or path.restart_pending(), skipped=True,
                           msg="check mode: %s changes nothing on the host" % state)
             return result
@@ -116,8 +117,13 @@ class ActionModule(ActionBase):
         """The handler: restart, wait for the new process, keep it as last-known-good once verified."""
         self._hold(path, "restarting")
         started = path.restart()
-        return dict(self._keep(path, path.verified(started)),
-                    replaced_invocation=(started.get("status") or {}).get("InvocationID") or None)
+        replaced = (started.get("status") or {}).get("InvocationID") or None
+        try:
+            verified = path.verified(started)
+        except hp.StepFailed as failed:
+            failed.result.setdefault("replaced_invocation", replaced)  # which process the failed one replaced
+            raise
+        return dict(self._keep(path, verified), replaced_invocation=replaced)
 
     def _verified(self, path, task_vars):
         """After the handlers: start a unit that is not running, or verify the running process."""

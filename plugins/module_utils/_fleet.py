@@ -193,16 +193,19 @@ def plan(hosts, facts, request):
                 and record.get("status") in SETTLED_STATUSES:
             # done before the run was interrupted: the copy says what the run did to it
             entry["earlier"] = dict((key, record.get(key)) for key in ("status", "old_invocation", "new_invocation"))
+        if mid_change(record) or out_by_us:
+            # left by a run of this collection: brought to the settings (changed when it differs) and put back
+            entry["recovering"] = "left %s by run %s (step %s); brought to the settings and put back" % (
+                "out of the router" if out_by_us else "mid-change", record.get("run_id"), record.get("step"))
         if not fact.get("in_sync"):
             entry.update(action="apply", reason="settings differ")
-            if fact.get("router") and not listed and not out_by_us and fact.get("serving"):
+            if fact.get("router") and not listed and not out_by_us and fact.get("serving") and \
+                    not entry.get("recovering"):
                 # it served, out of the router, and not by this collection: an operator's choice, kept
                 entry.update(stay_out=True, reason="settings differ; out of the router and not taken out by this "
                              "collection (an operator's choice?): changed, and left out")
-        elif mid_change(record) or out_by_us:
-            entry.update(action="recover", reason="left %s by run %s (step %s); brought to the settings and put "
-                         "back" % ("out of the router" if out_by_us else "mid-change", record.get("run_id"),
-                                   record.get("step")))
+        elif entry.get("recovering"):
+            entry.update(action="recover", reason=entry["recovering"])
         elif fact.get("router") and not listed:
             entry.update(action="left_out", reason="in sync, but out of the router and not taken out by this "
                          "collection (an operator's choice?): left out")

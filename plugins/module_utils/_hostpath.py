@@ -277,6 +277,8 @@ class HostPath(object):
             # What the module wrote: a file the drift saw differ may be right by now (another operator).
             outcome.update(changed_files=installed.get("changed_files") or [],
                            restarted=bool(installed.get("restarted")), status=installed.get("status"))
+            if installed.get("diff"):
+                outcome["diff"] = installed["diff"]  # with --diff: what it wrote (or would write, --check)
             if outcome["restarted"]:
                 self.say("restarted %s (%s)" % (self.unit, "the unit or its config file changed"))
         outcome["restart_due"] = bool(outcome["changed_files"]) or pending

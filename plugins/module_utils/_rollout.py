@@ -303,8 +303,8 @@ def build_record(host, step, args, run):
                       differences=drift.get("differences") or [], restart_pending=drift.get("restart_pending"),
                       drift_verdict=drift.get("verdict"), in_router=(planned.get("drain_url") is not None)
                       if router else None, router_url=planned.get("drain_url"), plan=planned.get("reason"))
-        if action == "recover":
-            record["recovering"] = planned.get("reason")
+        if planned.get("recovering"):
+            record["recovering"] = planned["recovering"]
         earlier = planned.get("earlier") or {}
         if action == "keep" and earlier.get("status") and not run.get("check_mode"):
             record.update(status=earlier["status"], old_invocation=earlier.get("old_invocation"),

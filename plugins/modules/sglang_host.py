@@ -24,7 +24,8 @@ extends_documentation_fragment:
   - ansible.builtin.action_common_attributes.flow
   - gpufleet.inference.attributes.controller_to_host
 notes:
-  - In check mode only V(verified) runs (it reports, starts nothing); the others say what they would do.
+  - In check mode V(installed) runs its modules in check mode (with C(--diff), the unit's diff), V(verified) reports
+    and starts nothing; the others say what they would do.
 options:
   state:
     description:

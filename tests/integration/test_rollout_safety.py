@@ -360,7 +360,7 @@ def test_two_rollouts_started_together_one_is_refused_naming_the_holder(
     task, _host, _message = failures(runs[loser].out)[0]
     # refused at its plan (the other run's leases were there) or at the first host's lease (both planned at once)
     assert task in ("Plan the run from what the fleet holds (leases, records, the router's workers)",
-                    "Stop when a host could not be leased"), runs[loser]
+                    "Take the lease of the run's first host"), runs[loser]
     assert not any(play_batches(runs[loser].out)), runs[loser]
 
     window = windows[winner]

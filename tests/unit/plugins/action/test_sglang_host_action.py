@@ -143,10 +143,15 @@ def test_outside_the_role_or_without_its_drift_check_it_refuses():
         fakes.make_action(action_mod, {"state": "bogus"}).run(task_vars={})
 
 
-def test_check_mode_changes_nothing_and_says_what_would():
-    host = Host()
+def test_check_mode_runs_the_install_in_check_mode_with_its_diff_and_skips_the_restart():
+    diff = [{"before_header": UNIT, "after_header": UNIT, "before": '"2048"\n', "after": '"4096"\n'}]
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT], "diff": diff}])
     result = act(host, "installed", check_mode=True)
-    assert result["skipped"] and result["changed"] is True and host.calls == []
+    # the modules run (Ansible runs them in check mode: they write nothing) and their diff is shown
+    assert host.names() == ["sglang_unit_files"] and result["diff"] == diff
+    assert result["changed"] is True and result["restart_due"] is True
+    result = act(Host(), "restarted", check_mode=True)
+    assert result["skipped"] and result["changed"] is True and "changes nothing" in result["msg"]
 
 
 def test_a_sweep_leases_the_host_the_role_steps_renew_its_lease_and_release_only_their_own(monkeypatch):

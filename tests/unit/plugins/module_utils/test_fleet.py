@@ -195,3 +195,10 @@ def test_a_serving_host_an_operator_took_out_is_changed_and_left_out_a_new_one_j
     assert "an operator's choice" in planned["gpu-1"]["reason"]
     assert "stay_out" not in planned["gpu-2"]                      # never served: it joins
     assert planned["gpu-3"]["action"] == "recover" and "stay_out" not in planned["gpu-3"]  # ours: put back
+
+
+def test_a_host_left_mid_change_that_still_differs_is_changed_and_recorded_as_recovering():
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, listed=False, record=left())}), REQUEST)
+    entry = planned["hosts"]["gpu-1"]
+    assert entry["action"] == "apply" and "by run r-old (step applying)" in entry["recovering"]
+    assert "stay_out" not in entry  # ours: put back
