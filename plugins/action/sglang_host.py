@@ -23,7 +23,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._rollout import
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner
 
-STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted", "leased", "released")
+STATES = ("installed", "restarted", "verified", "adopted", "last_good_saved", "reverted", "leased", "released",
+          "reset")
 
 
 class ActionModule(ActionBase):
@@ -56,6 +57,9 @@ class ActionModule(ActionBase):
         state = self._task.args.get("state")
         if state not in STATES:
             raise AnsibleActionFail("state must be one of %s, got %r" % (", ".join(STATES), state))
+        if state == "reset":  # nothing on the host: the facts of an earlier apply are forgotten
+            result.update(changed=False, ansible_facts={"sglang_verified": {}}, msg="forgot sglang_verified")
+            return result
         settings = self._settings(task_vars)
         drift = self._templar.template(task_vars.get("sglang_drift") or {})
         if not drift.get("prepared"):

@@ -45,11 +45,12 @@ options:
         role's steps then renew that lease instead of taking their own. Fails, naming the holder, when a live run
         holds the host.
       - V(released) - release that lease.
+      - V(reset) - forget the fact C(sglang_verified) of an earlier apply in the play (nothing on the host).
       - Every step that changes the host holds its lease - the caller's (C(sglang_lease_holder)), else the role's own,
         released when the step is done - so a rollout, a sweep and the role never change one host at once.
     type: str
     required: true
-    choices: [installed, restarted, verified, adopted, last_good_saved, reverted, leased, released]
+    choices: [installed, restarted, verified, adopted, last_good_saved, reverted, leased, released, reset]
   kind:
     description: With V(leased), the writer that holds the host (C(sweep), ...), named in the lease and the host's record.
     type: str

@@ -397,8 +397,10 @@ def test_revert_brings_back_the_last_known_good_unit_and_verifies_its_new_proces
     assert run.rc == 0, run
     good_unit = unit_file(sh, host)
 
+    # 4096 applied and verified but not kept (the role keeps every verified change unless told not to)
     run = run_playbook(REVERT.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
-        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_speculative_draft_window_size=4096))
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_speculative_draft_window_size=4096,
+        sglang_keep_last_good=False))
     assert run.rc == 0, run
     results = Results(run.out)
     applied = verified_fact(results, host)
@@ -415,7 +417,7 @@ def test_revert_brings_back_the_last_known_good_unit_and_verifies_its_new_proces
 def test_revert_without_a_last_known_good_unit_changes_nothing_and_says_so(
         host, run_playbook, server_vars, sh, state_of):
     run = run_playbook(REVERT.format(host=host["name"]), env=RUN_ENV, extra_vars=server_vars(
-        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT))
+        sglang_environment=dict(BASE_ENV), sglang_ready_timeout=TIMEOUT, sglang_keep_last_good=False))
     assert run.rc == 0, run  # revert does not fail: the caller judges sglang_revert
     results = Results(run.out)
     applied = verified_fact(results, host)

@@ -184,3 +184,9 @@ def test_the_roles_own_lease_is_released_when_its_step_is_done(monkeypatch):
     act(host, "verified", drift(changed_files=[], active_state="inactive", invocation_id=None))
     assert [args["state"] for args in host.leases] == ["held", "released"]
     assert host.leases[0]["holder"]["kind"] == "role" and host.leases[1]["record"]["status"] == "started"
+
+
+def test_reset_forgets_an_earlier_verification_as_a_fact_and_touches_nothing():
+    host = Host()
+    result = act(host, "reset", sglang_verified=dict(PASS))
+    assert result["ansible_facts"] == {"sglang_verified": {}} and host.calls == [] and host.leases == []
