@@ -120,8 +120,8 @@ def test_the_head_serves_and_the_follower_runs_schedulers_and_the_stand_in_only(
     head, follower = group()
     head.wait_ready()
     follower.wait_stand_in()
-    status, _h, body = head.post("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 4,
-                                                                                "temperature": 0}})
+    probe = {"text": "hi", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    status, _h, body = head.post("/generate", probe)
     assert status == 200 and b'"text"' in body
     for path in ("/health", "/health_generate", "/ping"):
         assert follower.get(path)[0] == 200
@@ -424,7 +424,7 @@ def test_a_bad_dist_init_addr_fails_in_the_scheduler(address, error):
                          "--port", str(free_port())], version="0.5.23")
     assert result.returncode == -signal.SIGKILL
     assert "server_args=" in result.stderr  # parsed, checked and launched: the scheduler fails
-    assert f"TP0] Init parallel begin." in result.stderr
+    assert "TP0] Init parallel begin." in result.stderr
     assert f"\n{error}\n" in result.stderr and SIGQUIT_LINE in result.stderr
 
 
