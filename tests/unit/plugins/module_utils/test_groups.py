@@ -272,3 +272,29 @@ def test_a_run_with_whole_groups_or_none_passes():
     check_whole(groups, ["a-head", "a-node", "single-2"])
     check_whole(groups, ["single-1"])
     assert split_groups(groups, list(fleet())) == []
+
+
+# ---------------------------------------------------------------- the example inventory
+
+def test_the_example_inventory_has_one_valid_two_node_group():
+    from pathlib import Path
+
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.vars.manager import VariableManager
+
+    loader = DataLoader()
+    inventory = InventoryManager(loader=loader, sources=[str(Path(__file__).resolve().parents[4]
+                                                             / "inventories" / "example" / "hosts.yml")])
+    variables = VariableManager(loader=loader, inventory=inventory)
+    hostvars = {host.name: variables.get_vars(host=host) for host in inventory.get_hosts()}
+    groups = serving_groups(hostvars)
+    assert list(groups) == ["k26_2node"]
+    group = groups["k26_2node"]
+    assert group.hosts == ["gpu-c01.example.internal", "gpu-c02.example.internal"]
+    # sglang_host is 0.0.0.0 there and no ansible_host is set: the head's inventory name
+    assert group.node_args("gpu-c02.example.internal") == [
+        "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "gpu-c01.example.internal:50000",
+        "--dist-timeout", "900"]
+    assert [h for h in hostvars if router_worker(groups, h)] == [
+        h for h in hostvars if h != "gpu-c02.example.internal"]
