@@ -58,8 +58,9 @@ def test_two_groups_of_two_and_single_hosts_behind_the_groups_module(lab_with):
     first, second = groups["serving_1"], groups["serving_2"]
     assert (first.hosts, first.dist_init_addr) == (["gpfx-1", "gpfx-2"], "127.0.77.11:50000")
     assert (second.hosts, second.dist_init_addr) == (["gpfx-3", "gpfx-4"], "127.0.77.13:50000")
-    assert first.node_args("gpfx-2") == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.77.11:50000",
-                                        "--dist-timeout", str(lab.GROUP_DIST_TIMEOUT)]
+    assert first.node_args("gpfx-2") == [
+        "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.77.11:50000",
+        "--dist-timeout", str(lab.GROUP_DIST_TIMEOUT)]
     assert _groups.group_of(groups, "gpfx-5") is None
     assert hostvars_of(inventory)["gpfx-1"]["sglang_tp_size"] == 2
     assert "sglang_tp_size" not in hostvars_of(inventory)["gpfx-5"]
