@@ -356,7 +356,7 @@ class Store:
                     if all(m["loaded"] for m in self.members.values()):
                         self.loaded.set()
             answering = all(time.monotonic() - m["ack"] < STALL_SECONDS for m in self.members.values())
-            previous, last = self.group.answering()
+            _previous, last = self.group.answering()
             self.group._write_state(answering, time.time() if answering else last)
 
     def _shutdown(self):
