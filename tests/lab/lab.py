@@ -13,12 +13,20 @@ created a few at a time and boot in parallel; LAB_BOOT_TIMEOUT (seconds, default
 host) bounds the wait for all of them. `sim-version X` pins every host's simulator to release X
 (its SIM_VERSION file and its sglang-X.dist-info, which lab.py writes with the package).
 
+`up --groups GxN` (or LAB_GROUPS=GxN) makes the first G*N hosts G serving groups of N nodes each
+(one SGLang server across N hosts, issue 32): the inventory lists each as an inventory group
+`serving_<g>` named in `sglang_serving_groups`, its hosts with `sglang_node_rank` 0..N-1 and the
+group's settings (tp = N, a short `sglang_dist_timeout`); the other hosts stay single-node. A
+head's followers rendezvous at the head's own loopback address. The layout is recorded with the
+lab, so `inventory` writes it again.
+
 `up --router` (or LAB_ROUTER=1) also starts a real `sglang-router` from the controller's venv on
 `<LAB_NET>.2:<LAB_ROUTER_PORT>` (an address no host uses), with its Prometheus exporter on a free
 port of the same address. It starts with no workers: sglang-router 0.3.2 retries a worker that does
 not answer yet only until --worker-startup-timeout-secs and then drops it for good, so workers
 join through the API (gpufleet.inference.sglang_router_worker) once their server answers; `up`
-itself registers the hosts whose server already answers /health.
+itself registers the hosts whose server already answers /health, a group's head only (a follower
+answers /health from its stand-in server but serves nothing).
 """
 from __future__ import annotations
 
@@ -64,6 +72,9 @@ INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_INSTANCES_MIN = 1024
 PROC = Path("/proc")  # unit tests point this at a fake tree
 SIM_DEFAULT_VERSION = "0.5.11"  # the simulator's own default when _sim_profile.py says nothing
+# A lab group's rendezvous timeout (--dist-timeout): a missing node fails the head in a test's
+# time, not after SGLang's 10 minutes.
+GROUP_DIST_TIMEOUT = 60
 
 
 class LabError(Exception):
@@ -92,6 +103,7 @@ class Lab:
         self.state = STATE_ROOT / name
         self.key = self.state / "id_ed25519"
         self.router_file = self.state / "router.json"
+        self.groups_file = self.state / "groups.json"
         self.router_address = f"{net}.{ROUTER_HOST_OCTET}"
 
     def host(self, index: int) -> dict:
@@ -100,6 +112,13 @@ class Lab:
             "address": f"{self.net}.{self.first + index - 1}",
             "dir": self.state / "hosts" / f"{self.name}-{index}",
         }
+
+    def recorded_groups(self) -> list[list[int]]:
+        """Host indexes of each serving group, rank order, as the last `up` laid them out."""
+        try:
+            return json.loads(self.groups_file.read_text())
+        except (OSError, ValueError):
+            return []
 
     def recorded_hosts(self) -> list[dict]:
         hosts_dir = self.state / "hosts"
@@ -714,8 +733,14 @@ def start_router(lab: Lab, port: int, count: int) -> dict:
 
 
 def register_answering_workers(lab: Lab, meta: dict, count: int) -> None:
-    """Add the hosts whose SGLang server answers /health now; the others join via the module."""
+    """Add the hosts whose SGLang server answers /health now; the others join via the module.
+
+    A group's followers never: only its head serves.
+    """
+    followers = {index for group in lab.recorded_groups() for index in group[1:]}
     for index in range(1, count + 1):
+        if index in followers:
+            continue
         worker = f"http://{lab.host(index)['address']}:{SGLANG_PORT}"
         if http_get(worker + "/health", timeout=2)[0] != 200:
             continue
@@ -748,7 +773,23 @@ def stop_router(lab: Lab, timeout: float = 10) -> None:
 
 # ---------------------------------------------------------------- commands
 
-def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080) -> None:
+def parse_groups(text: str | None, count: int) -> list[list[int]]:
+    """'GxN' -> the host indexes of G serving groups of N nodes: the first G*N hosts, in order."""
+    if not text:
+        return []
+    match = re.fullmatch(r"\s*(\d+)\s*x\s*(\d+)\s*", text)
+    if not match:
+        raise LabError(f"--groups/LAB_GROUPS {text!r} must look like 2x2 (groups x nodes per group)")
+    groups, nodes = int(match.group(1)), int(match.group(2))
+    if groups < 1 or nodes < 2:
+        raise LabError(f"--groups {text!r}: at least one group of at least 2 nodes")
+    if groups * nodes > count:
+        raise LabError(f"--groups {text!r} needs {groups * nodes} hosts, HOSTS is {count}")
+    return [list(range(g * nodes + 1, (g + 1) * nodes + 1)) for g in range(groups)]
+
+
+def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080,
+           groups: list[list[int]] | None = None) -> None:
     require_root_and_tools()
     if router:
         router_command()  # fail before booting anything when the router is not installed
@@ -784,6 +825,8 @@ def cmd_up(lab: Lab, count: int, router: bool = False, router_port: int = 30080)
     # these are stopped again; hosts that were kept stay as they were.
     started: list[tuple[dict, subprocess.Popen]] = []
     try:
+        lab.state.mkdir(parents=True, exist_ok=True)
+        lab.groups_file.write_text(json.dumps(groups or []))
         if to_boot:
             ensure_inotify_instances()
             boot_hosts(lab, rootfs, to_boot, started)
@@ -817,6 +860,7 @@ def cmd_down(lab: Lab) -> None:
     inv = inventory_path(lab)
     if inv.exists():
         inv.unlink()
+    lab.groups_file.unlink(missing_ok=True)
     if failed:
         raise LabError(f"{failed} of {len(hosts)} host(s) could not be stopped (see above)")
     log(f"{len(hosts)} host(s) stopped and removed")
@@ -871,12 +915,24 @@ def inventory_path(lab: Lab) -> Path:
 
 
 def write_inventory(lab: Lab, count: int) -> None:
+    groups = [group for group in lab.recorded_groups() if max(group) <= count]
+    rank = {index: position for group in groups for position, index in enumerate(group)}
     lines = ["# Generated by tests/lab/lab.py; do not edit.", "---", "all:", "  children:",
              "    gpu:", "      hosts:"]
     for index in range(1, count + 1):
         host = lab.host(index)
         lines += [f"        {host['name']}:", f"          ansible_host: {host['address']}",
                   f"          sglang_host: {host['address']}"]
+        if index in rank:
+            lines.append(f"          sglang_node_rank: {rank[index]}")
+    if groups:
+        # One SGLang server per group: tp = its nodes (one rank each); the rest as every host.
+        lines.append("      children:")
+        for number, group in enumerate(groups, 1):
+            lines += [f"        serving_{number}:", "          hosts:"]
+            lines += [f"            {lab.host(index)['name']}:" for index in group]
+            lines += ["          vars:", f"            sglang_tp_size: {len(group)}",
+                      f"            sglang_dist_timeout: {GROUP_DIST_TIMEOUT}"]
     lines += ["      vars:", "        ansible_user: root", f"        ansible_port: {lab.ssh_port}",
               f"        ansible_ssh_private_key_file: {lab.key}",
               "        ansible_ssh_common_args: >-",
@@ -886,6 +942,9 @@ def write_inventory(lab: Lab, count: int) -> None:
     router = recorded_router(lab)
     if router:
         lines.append(f"        sglang_router_url: {router['url']}")
+    if groups:
+        names = ", ".join(f"serving_{number}" for number in range(1, len(groups) + 1))
+        lines.append(f"        sglang_serving_groups: [{names}]")
     path = inventory_path(lab)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
@@ -907,6 +966,9 @@ def main(argv=None) -> int:
                         help="also run a real sglang-router (env LAB_ROUTER=1)")
     parser.add_argument("--router-port", type=int,
                         default=int(os.environ.get("LAB_ROUTER_PORT", 30080)))
+    parser.add_argument("--groups", default=os.environ.get("LAB_GROUPS", ""),
+                        help="up: the first GxN hosts as G serving groups of N nodes, e.g. 2x2 "
+                             "(env LAB_GROUPS)")
     args = parser.parse_args(argv)
     try:
         if not 1 <= args.hosts <= MAX_HOSTS:
@@ -920,7 +982,7 @@ def main(argv=None) -> int:
             # A stopped `make` or CI job sends SIGTERM: unwind like Ctrl-C, so a failed up stops
             # the hosts it started.
             signal.signal(signal.SIGTERM, raise_interrupt)
-            cmd_up(lab, args.hosts, args.router, args.router_port)
+            cmd_up(lab, args.hosts, args.router, args.router_port, parse_groups(args.groups, args.hosts))
         elif args.command == "down":
             cmd_down(lab)
         elif args.command == "status":

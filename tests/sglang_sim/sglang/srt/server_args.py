@@ -681,6 +681,26 @@ class ServerArgs:
         """What was asked for (0.5.20+): the argv after the --config merge."""
         return self.__dict__.get("_launch_command")
 
+    def check_server_args(self):
+        """The launch checks of a multi-node layout (server_args.py up to 0.5.18, then
+        arg_groups/validation_hook.py), run on the resolved values before anything starts.
+        Not checked, as in SGLang: node_rank < nnodes, a --dist-init-addr given or well formed."""
+        nnodes = int(self.effective("nnodes", 1) or 1)
+        tp_size = int(self.effective("tp_size", 1) or 1)
+        pp_size = int(self.effective("pp_size", 1) or 1)
+        dp_size = int(self.effective("dp_size", 1) or 1)
+        if self.effective("ep_join_mode") != "scale":
+            assert (tp_size * pp_size) % nnodes == 0, "tp_size must be divisible by number of nodes"
+        if at_least("0.5.22"):
+            assert not (dp_size > 1 and nnodes != 1), (
+                "multi-node data-parallel replicas are not supported; use attention DP "
+                "(--attn-dp-size) across nodes"
+            )
+        else:
+            assert not (dp_size > 1 and nnodes != 1 and not self.effective("enable_dp_attention")), (
+                "multi-node data parallel is not supported unless dp attention!"
+            )
+
     resolve_once = _Since("0.5.19", resolve_once)
     resolved_dict = _Since("0.5.19", resolved_dict)
     launch_command = _Since("0.5.20", launch_command, is_property=True)

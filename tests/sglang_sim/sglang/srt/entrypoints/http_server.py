@@ -164,6 +164,16 @@ class Rank:
         return self.tp_rank == 0 and self.pp_rank == 0
 
 
+def node_rank_ranges(tp, pp, nnodes, node_rank):
+    """engine.py _calculate_rank_ranges: the PP and TP ranks a node runs."""
+    pp_per_node = max(pp // nnodes, 1)
+    nodes_per_pp_rank = max(nnodes // pp, 1)
+    first_pp = pp_per_node * (node_rank // nodes_per_pp_rank)
+    tp_per_node = tp // nodes_per_pp_rank
+    first_tp = tp_per_node * (node_rank % nodes_per_pp_rank)
+    return range(first_pp, first_pp + pp_per_node), range(first_tp, first_tp + tp_per_node)
+
+
 class Layout:
     """Ranks hosted by this node and their log prefixes (engine.py / data_parallel_controller.py)."""
 
@@ -187,12 +197,10 @@ class Layout:
         attn_tp = max(1, self.tp // self.attn_dp // self.attn_cp)
         moe_group = max(1, self.tp // self.moe_dp)
         ranks = []
-        world = self.tp * self.pp
-        per_node = max(1, world // self.nnodes)
-        first = per_node * self.node_rank
+        pp_ranks, tp_ranks = node_rank_ranges(self.tp, self.pp, self.nnodes, self.node_rank)
+        self.ranks_per_node = replicas * len(pp_ranks) * len(tp_ranks)
         for replica in range(replicas):
-            for flat in range(first, min(world, first + per_node)):
-                pp_rank, tp_rank = divmod(flat, self.tp)
+            for pp_rank, tp_rank in ((pp, tp) for pp in pp_ranks for tp in tp_ranks):
                 if self.attn_dp > 1:
                     dp_rank = tp_rank // (attn_tp * self.attn_cp)
                 elif replicas > 1:
@@ -251,13 +259,44 @@ def ready_line():
     return text
 
 
-def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
-    """Body of one scheduler child (``sa`` is the Resolved view).  Never returns."""
+def init_lines(elapsed):
+    """The scheduler's distributed-init lines (bootstrap.py / model_runner.py per release)."""
+    if at_least("0.5.21"):
+        return "Init parallel begin.", f"Init parallel ends. elapsed={elapsed:.2f} s"
+    return ("Init torch distributed begin.",
+            f"Init torch distributed ends. elapsed={elapsed:.2f} s, mem usage=0.31 GB")
+
+
+def scheduler_failed(exc, prefix, parent):
+    """run_scheduler_process's last words: the traceback, SIGQUIT to the parent.  Never returns."""
+    kind = type(exc)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    log(
+        "Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 3930, in run_scheduler_process\n'
+        "    scheduler.event_loop_overlap()\n"
+        f"{name}: {exc}\n",
+        prefix,
+    )
+    try:
+        os.kill(parent, signal.SIGQUIT)
+    except OSError:
+        pass
+    os._exit(1)
+
+
+def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start, group=None):
+    """Body of one scheduler child (``sa`` is the Resolved view).  Never returns.
+
+    ``group`` (multi-node): the scheduler joins the other nodes' ranks at init, reports its
+    load, and from then on fails when the group breaks.
+    """
     _die_with_parent()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     prefix = layout.prefix(rank)
-    is_rank0 = rank is layout.rank0
+    is_rank0 = rank is layout.rank0  # this node's first scheduler: where the faults strike
+    logs_rank0_lines = is_rank0 and layout.node_rank == 0  # global TP rank 0's own lines
     shards = max(1, int(_env_float("SGLANG_SIM_NUM_SHARDS", 16)))
     spec = sa.speculative_algorithm
     parent = os.getppid()
@@ -270,11 +309,16 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
     def say(message):
         log(message, prefix)
 
+    link = None
     try:
         avail = 78.50
-        say("Init torch distributed begin.")
+        init_tic = time.monotonic()
+        say(init_lines(0)[0])
+        if group is not None:
+            link = group.join(rank, fail=lambda exc: scheduler_failed(exc, prefix, parent))
+            start += time.monotonic() - init_tic  # loading starts once the group has formed
         at(0.03)
-        say("Init torch distributed ends. mem usage=0.31 GB")
+        say(init_lines(time.monotonic() - init_tic)[1])
         say(f"Load weight begin. avail mem={avail:.2f} GB")
         if "crash_during_load" in faults and is_rank0:
             at(0.30)
@@ -284,7 +328,7 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
         tic = time.monotonic()
         for shard in range(1, shards + 1):
             at(0.05 + 0.60 * shard / shards)
-            if is_rank0:
+            if logs_rank0_lines:
                 elapsed = time.monotonic() - tic
                 rate = shard / elapsed if elapsed > 0 else 0.0
                 remaining = (shards - shard) / rate if rate > 0 else 0.0
@@ -306,7 +350,7 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
             "Capture cuda graph begin. This can take up to several minutes. "
             f"avail mem={avail - used - 4.2:.2f} GB"
         )
-        if is_rank0:
+        if logs_rank0_lines:
             say("Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]")
         at(0.88)
         say(
@@ -343,7 +387,7 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
                         % (block, budget, budget + 1)
                     )
         at(0.97)
-        if is_rank0:
+        if logs_rank0_lines:
             say(
                 f"max_total_num_tokens={tokens}, chunked_prefill_size={sa.chunked_prefill_size or 8192}, "
                 f"max_prefill_tokens={sa.max_prefill_tokens}, "
@@ -354,6 +398,8 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
         if "hang_during_load" in faults:
             while True:
                 time.sleep(3600)
+        if link is not None:
+            link.wait_loaded()  # the KV-cache size is agreed across every rank of the group
         os.write(ready_fd, b"r")
         os.close(ready_fd)
         crash_after = faults.get("crash_after_ready") if "crash_after_ready" in faults else None
@@ -365,17 +411,7 @@ def scheduler_main(sa, layout, rank, ready_fd, faults, load_seconds, start):
         while True:
             time.sleep(3600)
     except Exception as exc:  # the real scheduler's last words
-        say(
-            "Scheduler hit an exception: Traceback (most recent call last):\n"
-            '  File "/usr/lib/python3/dist-packages/sglang/srt/managers/scheduler.py", line 3930, in run_scheduler_process\n'
-            "    scheduler.event_loop_overlap()\n"
-            f"{type(exc).__name__}: {exc}\n"
-        )
-        try:
-            os.kill(parent, signal.SIGQUIT)
-        except OSError:
-            pass
-        os._exit(1)
+        scheduler_failed(exc, prefix, parent)
 
 
 def _mmss(seconds):
@@ -441,6 +477,7 @@ class Engine:
         self.worker_id = os.environ.get("SGLANG_SIM_WORKER_ID") or f"{sa.host}:{sa.port}"
         self.ready_event = threading.Event()
         self.hang_event = threading.Event()
+        self.group = None  # a multi-node head's group (sglang._sim_multinode)
 
     @property
     def served_model_name(self):
@@ -795,6 +832,8 @@ def make_handler(engine):
                 return self._send(503)
             if engine.status != "Up":
                 return self._send(503)
+            if engine.group is not None and not engine.group.wait_healthy():
+                return self._send(503)
             return self._send(200)
 
         def ready(self):
@@ -861,6 +900,8 @@ def make_handler(engine):
         def _maybe_hang(self):
             if "health_ok_generate_hangs" in engine.faults and engine.status == "Up":
                 engine.hang_event.wait()
+            if engine.group is not None:
+                engine.group.wait_serving()
 
         def generate(self):
             body = self._json_body()
@@ -1046,6 +1087,7 @@ class Launcher:
         self.httpd = None
         self.version = selected_version()
         self.exit_code = 0
+        self.group = None  # multi-node: set by sglang._sim_multinode's launchers
 
     # ---- process tree --------------------------------------------------
     def kill_children(self):
@@ -1075,8 +1117,7 @@ class Launcher:
         self.kill_process_tree_and_self()
 
     # ---- main ----------------------------------------------------------
-    def run(self):
-        sa = self.sa
+    def log_server_args(self):
         if at_least("0.5.19"):
             # engine.py: logger.info(f"server_args={server_args.resolved_dict()}"), watermark
             # secrets redacted from 0.5.22; api_key stays in clear text.
@@ -1088,6 +1129,10 @@ class Launcher:
             log(f"server_args={values}")
         else:
             log(f"server_args={self.server_args!r}")  # logger.info(f"{server_args=}")
+
+    def run(self):
+        sa = self.sa
+        self.log_server_args()
         load_seconds = self.engine.load_seconds
         signal.signal(signal.SIGQUIT, self.launch_phase_sigquit)
         read_fd, write_fd = os.pipe()
@@ -1097,7 +1142,8 @@ class Launcher:
             if pid == 0:
                 os.close(read_fd)
                 try:
-                    scheduler_main(sa, self.layout, rank, write_fd, self.faults, load_seconds, start)
+                    scheduler_main(sa, self.layout, rank, write_fd, self.faults, load_seconds, start,
+                                   self.group)
                 finally:
                     os._exit(1)
             self.children.append(pid)
@@ -1223,6 +1269,9 @@ class Launcher:
         self._orphan_pipe = write_fd  # closed by the kernel when we exit
 
     # ---- stopping ------------------------------------------------------
+    def stop_schedulers(self):
+        """0.5.19+ ShutdownReq: alone, the schedulers are killed right after; a group overrides."""
+
     def on_sigterm(self, signum=None, frame=None):
         if self.engine.gracefully_exit:
             return
@@ -1252,6 +1301,7 @@ class Launcher:
         # tokenizer_manager.sigterm_watchdog: kill_process_tree(include_parent=True) up to
         # 0.5.18; from 0.5.19 include_parent=False, then sys.exit(0)
         if at_least("0.5.19"):
+            self.stop_schedulers()
             self.kill_children()
             self.httpd.shutdown()  # serve() logs uvicorn's shutdown and exits 0
         else:
@@ -1259,4 +1309,11 @@ class Launcher:
 
 
 def launch_server(server_args):
+    # _launch_subprocesses: check_server_args() before anything is logged or started.
+    server_args.check_server_args()
+    if int(server_args.effective("nnodes", 1) or 1) > 1:
+        from sglang._sim_multinode import launcher_for
+
+        launcher_for(server_args).run()
+        return
     Launcher(server_args).run()
