@@ -20,8 +20,8 @@ def rendered():
 
 def test_every_host_and_version_is_rendered_and_the_key_never_in_clear(rendered):
     hosts = {name.split("/")[0] for name in rendered}
-    assert len(hosts) == 5 and "gpu-b01.example.internal" in hosts
-    assert len(rendered) == 5 * len(golden.VERSIONS) * 3  # unit, journald drop-in, config file
+    assert hosts == set(golden.host_settings()) and "gpu-b01.example.internal" in hosts
+    assert len(rendered) == len(hosts) * len(golden.VERSIONS) * 3  # unit, journald drop-in, config file
     secret = golden.host_settings()["gpu-a01.example.internal"]["sglang_api_key"]
     assert secret and all(secret not in text for text in rendered.values())
     canary = rendered["gpu-b01.example.internal/0.5.23/sglang.service"]
