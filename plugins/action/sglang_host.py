@@ -66,7 +66,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_host needs the fact sglang_drift of the role's drift entry point")
         host = task_vars.get("inventory_hostname", "?")
         runner = ActionRunner(self, task_vars, host, boolean(settings.get("sglang_progress", True), strict=False))
-        lease = hp.Lease(runner.run, settings, self._holder(task_vars), time.monotonic, gone=_holder.gone)
+        lease = hp.Lease(runner.run, settings, _holder.with_worker(self._holder(task_vars)), time.monotonic,
+                         gone=_holder.gone)
         path = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say, host=host,
                            lease=lease)
         # installed runs its modules in check mode (they report, with --diff, what they would write)

@@ -33,6 +33,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._router import 
     find_worker,
     worker_change,
 )
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner, connection_lost
 
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
@@ -124,8 +125,8 @@ class ActionModule(ActionBase):
         self._use_router = bool(self._router_args.get("url"))
         self._runner = ActionRunner(self, task_vars, self._host, boolean(settings.get("sglang_progress", True),
                                                                          strict=False), prefix=PREFIX)
-        holder = dict(args["run"].get("holder") or {}, generation=(args["lease"].get("lease") or args["lease"]).get(
-            "generation"))
+        holder = _holder.with_worker(dict(args["run"].get("holder") or {}, generation=(
+            args["lease"].get("lease") or args["lease"]).get("generation")))
         self._lease = hp.Lease(self._runner.run, settings, holder, time.monotonic)
         self._path = hp.HostPath(self._runner.run, self._runner.wait, settings, drift["prepared"], drift,
                                  say=self._runner.say, host=self._host, lease=self._lease)
@@ -204,6 +205,13 @@ class ActionModule(ActionBase):
             connection_lost(failure) is not None
         if lost:
             failure["unreachable"] = True
+        if failed.step == hp.HOLD and not lost:
+            # Another writer holds the host now: this run touches it no more (no revert, no router call).
+            self._state = self._record("failed", on_host=False, state_before={"step": reached}, task=failed.step,
+                                       failure=failure, taken_over=True)
+            self._say(self._state.get("status"))
+            return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
+                    "failure": failure, "revert": None, "record": self._state}
         revert = None
         if reached == "applying" and not lost and self._path.has_last_good():
             revert = self._path.revert()

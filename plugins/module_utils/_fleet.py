@@ -103,23 +103,24 @@ def plan(hosts, facts, request):
     def binds(lease):  # a live lease of another session whose holder is not provably gone (``gone``)
         return bool(lease.get("live")) and lease.get("session") != session and not lease.get("gone")
 
-    # A run that left hosts of this run mid-change is dead when none of those hosts' leases binds any more
-    # (its controller renews them while it lives): its leases of the hosts it had not reached yet are taken
-    # over by the run that resumes it (or takes over from it).
+    def left_by(lease):  # a rollout's lease its run never released (it ended before its finish)
+        return bool(lease) and not lease.get("released") and (lease.get("holder") or {}).get("kind") == "rollout" \
+            and lease.get("session") != session
+
+    leases = dict((host, facts[host].get("lease") or {}) for host in hosts)
     left = dict((host, facts[host].get("record") or {}) for host in hosts if mid_change(facts[host].get("record")))
-    dead = set(record.get("run_id") for record in left.values())
+    # A run is dead when none of its leases on this run's hosts binds: it expired, or its holder is provably
+    # gone. A run still renewing the lease of a host it left mid-change is alive, so its other leases bind
+    # too; one whose mid-change hosts' leases all lapsed is dead, and its longer leases of the hosts it had
+    # not reached yet are taken over by the run that resumes it (or replaces it).
+    dead = set(holder_run(lease) for lease in leases.values() if left_by(lease) and not binds(lease))
+    dead |= set(record.get("run_id") for record in left.values())
     for host, record in left.items():
-        lease = facts[host].get("lease") or {}
-        if binds(lease) and holder_run(lease) == record.get("run_id"):
+        if binds(leases[host]) and holder_run(leases[host]) == record.get("run_id"):
             dead.discard(record.get("run_id"))
-    for host in hosts:  # a holder that is provably gone (its process on this controller ended) is dead too
-        lease = facts[host].get("lease") or {}
-        if lease.get("live") and lease.get("gone") and lease.get("session") != session:
-            dead.add(holder_run(lease))
-            notes.append("%s: its lease's holder is gone (%s; its process on this controller ended)" % (
-                host, lease.get("text")))
+    dead.discard(None)
     for host in hosts:
-        lease = facts[host].get("lease") or {}
+        lease = leases[host]
         if not binds(lease) or holder_run(lease) in dead:
             continue
         if request.get("break_lease"):
@@ -144,42 +145,50 @@ def plan(hosts, facts, request):
             notes.append("%s (of the group, not in this run) could not be read (%s): if an interrupted run left "
                          "it mid-change, the capacity guard counts it out of the router" % (host, fact["unreachable"]))
 
-    runs = sorted(set(record.get("run_id") for record in left.values()))
+    # The interrupted runs: dead runs that left leases unreleased or hosts mid-change. Each host they hold
+    # says with which settings (the record of a host left mid-change, else the lease).
+    held = {}
+    for host in hosts:
+        if left_by(leases[host]) and holder_run(leases[host]) in dead:
+            held.setdefault(holder_run(leases[host]), {})[host] = leases[host].get("intent_digest")
+    for host, record in left.items():
+        held.setdefault(record.get("run_id"), {})[host] = record.get("intent_digest")
     requested = request.get("requested")
     run_id, resumed_from = request["run_id"], None
-    if requested:
-        if requested not in runs:
-            raise PlanError("run %s holds no host of this rollout mid-change: a finished or unknown run is never "
-                            "reopened. Re-run without rollout_run_id for a new run." % requested)
-        runs_to_resume = [requested]
-    else:
-        runs_to_resume = runs
-    if runs_to_resume:
-        differ = []
-        for host, record in sorted(left.items()):
-            if record.get("run_id") not in runs_to_resume:
-                continue
-            if record.get("intent_digest") != facts[host].get("digest"):
-                differ.append("%s (left at step %s of run %s with settings %s; this run's settings are %s)" % (
-                    host, record.get("step"), record.get("run_id"), record.get("intent_digest"),
+    if requested and requested not in held:
+        raise PlanError("run %s left no host of this rollout leased or mid-change: a finished or unknown run is "
+                        "never reopened. Re-run without rollout_run_id for a new run." % requested)
+    candidates = [requested] if requested else sorted(held)
+    differ, mid = [], []
+    for run in candidates:
+        for host, digest in sorted(held[run].items()):
+            if digest != facts[host].get("digest"):
+                differ.append("%s (left %s by run %s with settings %s; this run's settings are %s)" % (
+                    host, "at step %s" % left[host].get("step") if host in left else "leased", run, digest,
                     facts[host].get("digest")))
-        if len(runs_to_resume) > 1:
-            differ.append("hosts left mid-change by %d runs (%s)" % (len(runs_to_resume), ", ".join(runs_to_resume)))
-        if differ and not request.get("takeover"):
-            raise PlanError("an interrupted rollout left hosts mid-change and this run brings other settings: %s. "
-                            "Roll out that run's settings again to finish it (it resumes), or re-run with -e "
-                            "rollout_takeover=true to bring those hosts to these settings. Nothing was changed." % (
-                                "; ".join(differ)))
-        if differ:
-            notes.append("taking over from %s: %s" % (", ".join(runs_to_resume), "; ".join(differ)))
-        else:
-            run_id, resumed_from = runs_to_resume[0], runs_to_resume[0]
-            ended = any((facts[host].get("lease") or {}).get("gone") and
-                        holder_run(facts[host].get("lease") or {}) == run_id for host in hosts)
-            notes.append("resuming run %s: it left %s mid-change (%s)" % (
-                run_id, ", ".join(sorted(host for host, record in left.items() if record.get("run_id") == run_id)),
-                "its ansible-playbook on this controller ended" if ended else
-                "its controller is gone: its leases expired"))
+                if host in left:
+                    mid.append(host)
+    mid_runs = sorted(set(left[host].get("run_id") for host in left if left[host].get("run_id") in candidates))
+    if len(mid_runs) > 1:
+        mid.append("several")
+        differ.append("hosts left mid-change by %d runs (%s)" % (len(mid_runs), ", ".join(mid_runs)))
+    if mid and not request.get("takeover"):
+        raise PlanError("an interrupted rollout left hosts mid-change and this run brings other settings: %s. "
+                        "Roll out that run's settings again to finish it (it resumes), or re-run with -e "
+                        "rollout_takeover=true to bring those hosts to these settings. Nothing was changed." % (
+                            "; ".join(differ)))
+    if differ:
+        notes.append("replacing the interrupted %s: %s" % (", ".join(candidates), "; ".join(differ)))
+    elif candidates:
+        # one interrupted run with these settings: resumed under its id (several: the newest, the others named)
+        run_id = resumed_from = (mid_runs or candidates)[-1]
+        ended = any(leases[host].get("gone") and holder_run(leases[host]) == run_id for host in hosts)
+        where = sorted(host for host in left if left[host].get("run_id") == run_id)
+        notes.append("resuming run %s: %s (%s)" % (
+            run_id, "it left %s mid-change" % ", ".join(where) if where else "it ended before its finish",
+            "its ansible-playbook on this controller ended" if ended else
+            "its controller is gone: its leases expired"))
+    dead_runs = sorted(dead)
 
     planned = {}
     for host in hosts:
@@ -215,7 +224,7 @@ def plan(hosts, facts, request):
             notes.append("%s: %s" % (host, entry["reason"]))
         planned[host] = entry
     return {"run_id": run_id, "resumed": resumed_from is not None, "resumed_from": resumed_from, "notes": notes,
-            "hosts": planned, "takeover_runs": sorted(run for run in dead if run)}
+            "hosts": planned, "takeover_runs": dead_runs}
 
 
 def batch_slot(group, reachable):

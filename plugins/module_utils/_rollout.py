@@ -373,7 +373,12 @@ def failure_record(record, args):
     task = args.get("task") or "?"
     rejoined = bool(args.get("rejoined_after_revert"))
     left = reached in ("draining", "applying")  # it had been taken out of the router
-    if reached == "verified":
+    if args.get("taken_over"):
+        status, in_router = "failed", ((not left) if router else None)
+        runs = STEPS[reached][1] if reached in STEPS else "the previous unit (unchanged)"
+        outcome = ("its lease was taken over by another writer: this run stopped touching it at step %s (no revert, "
+                   "no router call); the host's own record says what its new holder did" % (reached or "prepared"))
+    elif reached == "verified":
         status = "verified, not rejoined"
         outcome = ("the new settings were verified, but the host could not be put back into the router: it runs "
                    "the new, verified unit and serves no router traffic. It was NOT reverted (nothing is wrong "

@@ -5,7 +5,9 @@
 holder of a lease is provably gone.
 
 A lease binds until it expires (module_utils/_lease.py); on another machine nothing else can be told.
-On THIS machine one thing can: the holder's ansible-playbook process is gone. That is judged only when
+On THIS machine one thing can: the holder's ansible-playbook process is gone, and so is the worker
+that renewed the lease last (Ansible's workers run in sessions of their own: one can outlive a killed
+ansible-playbook and go on with its task). That is judged only when
 the holder ran in the same boot and the same PID namespace as we do (two AWX jobs on one node share the
 boot but not the PID namespace; two bastions with one hostname share neither), and by the process's
 start time too, so a reused PID is not taken for the holder. Then a re-run after Ctrl-C resumes at once
@@ -47,6 +49,15 @@ def this_process(proc="/proc"):
             "pid": pid, "start": process_start(pid, proc)}
 
 
+def with_worker(holder):
+    """The holder as this worker renews its lease: Ansible's workers run in sessions of their own and outlive a
+    killed ansible-playbook, so a holder is gone only when the worker that last renewed its lease is gone too."""
+    holder = dict(holder)
+    pid = os.getpid()
+    holder["process"] = dict(holder.get("process") or {}, worker={"pid": pid, "start": process_start(pid)})
+    return holder
+
+
 def make_holder(kind, run_id, task_vars):
     """A new holder: kind, run id, a session of this ansible-playbook run, controller, user, AWX job, process."""
     job = task_vars.get("awx_job_id") or task_vars.get("tower_job_id")
@@ -64,4 +75,7 @@ def gone(lease, proc="/proc"):
         return False
     if process.get("boot") != here["boot"] or process.get("pid_ns") != here["pid_ns"]:
         return False
+    worker = process.get("worker") or {}
+    if worker.get("pid") and process_start(worker["pid"], proc) == worker.get("start"):
+        return False  # the worker that renewed it last still runs (it outlives its ansible-playbook)
     return process_start(process["pid"], proc) != process.get("start")

@@ -737,7 +737,14 @@ def fleet_record(lab: Lab, host: dict) -> dict:
 
 
 def kill_group(run: Playbook) -> None:
-    """The controller dies: SIGKILL to ansible-playbook's whole process group (no finish, no release)."""
+    """The controller machine dies: SIGKILL to ansible-playbook and every process under it - its workers
+    too, which run in sessions of their own and would outlive a kill of its process group (no finish,
+    no release, no task goes on)."""
+    for pid in descendants(run.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     os.killpg(run.pid, signal.SIGKILL)
     run.proc.wait()
 

@@ -65,7 +65,7 @@ def test_an_interrupted_run_resumes_from_another_directory_only_with_its_own_int
     assert other["sglang_speculative_draft_window_size"] == OTHER
 
     # Case 2: the same settings from another directory: the run resumes under its id, canary first.
-    inv.set_vars(sglang_speculative_draft_window_size=NEW)
+    inv.set_vars(sglang_speculative_draft_window_size=NEW, sglang_environment=SIM_ENV | SLOW_LOAD)
     resumed = finished(rollout(inv, tmp_path / "elsewhere", hosts))
     assert resumed.rc == 0, resumed
     assert re.search(rf"resuming run {run_id}: it left {canary['name']} mid-change", " ".join(resumed.out.split()))

@@ -562,3 +562,17 @@ def test_a_host_an_operator_took_out_of_the_router_is_changed_and_left_out(tmp_p
     assert not result.get("failed") and router.calls == [], router.calls  # neither drained nor put in
     assert record["status"] == "updated, left out of the router" and record["in_router"] is False, record
     assert record["continue_rollout"] is True
+
+
+def test_a_lease_taken_over_mid_change_is_neither_reverted_nor_put_back(tmp_path, shown, monkeypatch):
+    taken = {"failed": True, "action": "refused", "msg": "this run's lease of the host was taken over: it is now "
+             "held by rollout r-9 on awx-7 by bob"}
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 7}}, taken],
+                sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    # it had left the router (draining); the new holder owns it now: no install, no revert, no rejoin
+    assert result["failed"] and router.calls == ["absent"], router.calls
+    assert "sglang_unit_files" not in host.names() and "systemd_service" not in host.names(), host.names()
+    assert record["status"] == "failed" and record["reverted"] is False and record["in_router"] is False
+    assert "its lease was taken over by another writer" in record["outcome"], record

@@ -63,11 +63,11 @@ def test_a_re_run_with_other_settings_says_what_differs_and_changes_nothing():
     with pytest.raises(_fleet.PlanError) as refused:
         _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, record=stale)}), REQUEST)
     text = str(refused.value)
-    assert "gpu-1 (left at step applying of run r-old with settings d-old; this run's settings are d-new)" in text
+    assert "gpu-1 (left at step applying by run r-old with settings d-old; this run's settings are d-new)" in text
     assert "rollout_takeover=true" in text
     # explicit: a new run brings that host to the new settings
     planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, record=stale)}), dict(REQUEST, takeover=True))
-    assert planned["run_id"] == "r-new" and not planned["resumed"] and "taking over from r-old" in planned["notes"][0]
+    assert planned["run_id"] == "r-new" and not planned["resumed"] and "replacing the interrupted r-old" in planned["notes"][0]
 
 
 def test_a_finished_or_unknown_run_id_is_never_reopened():
@@ -183,7 +183,7 @@ def test_a_holder_provably_gone_binds_nothing_and_its_run_is_taken_over():
     planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, in_sync=True, listed=False, record=left(), lease=gone),
                                           "gpu-2": fact(2, lease=gone)}), REQUEST)
     assert planned["resumed"] and planned["takeover_runs"] == ["r-old"]
-    assert any("its process on this controller ended" in note for note in planned["notes"])
+    assert any("its ansible-playbook on this controller ended" in note for note in planned["notes"])
 
 
 def test_a_serving_host_an_operator_took_out_is_changed_and_left_out_a_new_one_joins():
@@ -202,3 +202,32 @@ def test_a_host_left_mid_change_that_still_differs_is_changed_and_recorded_as_re
     entry = planned["hosts"]["gpu-1"]
     assert entry["action"] == "apply" and "by run r-old (step applying)" in entry["recovering"]
     assert "stay_out" not in entry  # ours: put back
+
+
+def dead_lease(run="r-old", digest="d-new", **more):
+    return dict({"live": False, "released": False, "session": "s-old", "intent_digest": digest,
+                 "holder": {"kind": "rollout", "run_id": run}, "text": "rollout %s, expired" % run}, **more)
+
+
+def test_a_run_that_died_before_its_finish_is_resumed_even_when_no_host_is_mid_change():
+    # its controller died after the canary was done (an orphaned worker finished it): its leases were never
+    # released; the same settings resume it, the canary counted as done
+    done = {"kind": "rollout", "run_id": "r-old", "step": "rejoined", "status": "updated", "intent_digest": "d-new"}
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, in_sync=True, record=done, lease=dead_lease()),
+                                          "gpu-2": fact(2, lease=dead_lease()), "gpu-3": fact(3, lease=dead_lease())}),
+                          REQUEST)
+    assert planned["run_id"] == "r-old" and planned["resumed"] and planned["takeover_runs"] == ["r-old"]
+    assert "it ended before its finish" in planned["notes"][0]
+    assert planned["hosts"]["gpu-1"]["earlier"]["status"] == "updated"
+    assert [planned["hosts"][h]["action"] for h in HOSTS] == ["keep", "apply", "apply"]
+
+
+def test_other_settings_replace_a_dead_run_that_changed_nothing_yet_and_a_released_lease_is_history():
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-2": fact(2, lease=dead_lease(digest="d-old"))}), REQUEST)
+    assert planned["run_id"] == "r-new" and not planned["resumed"] and planned["takeover_runs"] == ["r-old"]
+    assert "replacing the interrupted r-old: gpu-2 (left leased by run r-old" in planned["notes"][0]
+    finished = _fleet.plan(HOSTS, facts(**{"gpu-2": fact(2, lease=dead_lease(released=True))}), REQUEST)
+    assert finished["run_id"] == "r-new" and finished["takeover_runs"] == [] and finished["notes"] == []
+    with pytest.raises(_fleet.PlanError, match="never reopened"):
+        _fleet.plan(HOSTS, facts(**{"gpu-2": fact(2, lease=dead_lease(released=True))}),
+                    dict(REQUEST, requested="r-old"))

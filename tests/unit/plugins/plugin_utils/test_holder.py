@@ -40,3 +40,18 @@ def test_elsewhere_nothing_can_be_told():
     assert not _holder.gone(lease_of(dict(ended, boot="another-boot")))     # another machine, or a reboot
     assert not _holder.gone(lease_of(dict(ended, pid_ns="pid:[1]")))        # another container on this node
     assert not _holder.gone(lease_of({})) and not _holder.gone(None)        # a holder that named no process
+
+
+def test_a_worker_that_outlives_its_ansible_playbook_keeps_the_holder_alive():
+    here = _holder.this_process()
+    ended = dict(here, pid=2 ** 22 + 7, start=1)  # the ansible-playbook: gone
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        alive = dict(ended, worker={"pid": worker.pid, "start": _holder.process_start(worker.pid)})
+        assert not _holder.gone(lease_of(alive))  # its worker still renews it
+    finally:
+        worker.kill()
+        worker.wait()
+    assert _holder.gone(lease_of(alive))
+    renewed = _holder.with_worker({"kind": "rollout", "process": here})
+    assert renewed["process"]["worker"]["pid"] == os.getpid() and renewed["process"]["pid"] == here["pid"]
