@@ -217,8 +217,9 @@ def test_an_unreachable_host_holds_nothing_an_operators_drain_is_kept_and_free_s
         assert run.rc == 0 and run.out.count(f"TASK [{PLAN_TASK}]") == 1, run
         remove_workers(need_router, [second])
         run = finished(rollout(inv, tmp_path / "c", [first, second]))
-        assert run.rc == 0, run
-        assert down["name"] not in run.out.split("PLAY RECAP", maxsplit=1)[0].replace(f"{down['name']}:", ""), run
+        assert run.rc == 0 and "Rollout stopped at" not in run.out, run
+        # the host that is down is of the group, not of this run: named as unread, never blamed
+        assert f"{down['name']} (of the group, not in this run) could not be read" in " ".join(run.out.split()), run
     finally:
         lab.restore_ssh(down["name"])
     records = Records(tmp_path / "c")
