@@ -34,13 +34,15 @@ CSV_NAME = "results.csv"
 MD_NAME = "results.md"
 PNG_NAME = "results.png"
 
-# The figures of gpufleet.inference.sglang_bench, in the order the report shows them. Any other
-# field of a row is a setting, part of the combination key unless key_fields says otherwise.
+# The figures of gpufleet.inference.sglang_bench (bench_serving's names) a sweep keeps, in the order
+# the report shows them. Any other field of a row is a setting, part of the combination key unless
+# key_fields says otherwise. playbooks/tasks/sweep_combination.yml passes exactly these.
 METRIC_FIELDS = (
-    "output_tokens_per_s", "requests_per_s", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
-    "spec_accept_length_mean", "output_tokens", "duration_s", "requests_ok", "requests_failed",
+    "output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+    "median_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms", "accept_length",
+    "completed", "failed_requests", "total_output_tokens", "duration",
 )
-IGNORED_FIELDS = ("errors", "changed", "failed", "msg", "invocation", "skipped")
+IGNORED_FIELDS = ("errors", "details", "changed", "failed", "msg", "invocation", "skipped")
 
 
 class ReportError(Exception):
@@ -219,7 +221,7 @@ def query(results_dir, candidates=None, key_fields=None):
             "key_fields": key_fields, "msg": plan}
 
 
-def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_per_s", higher_is_better=True,
+def write_report(results_dir, new_rows, key_fields=None, metric="output_throughput", higher_is_better=True,
                  title="SGLang settings sweep", chart=True, check_mode=False):
     """Merge new_rows into results.csv and re-render results.md (and results.png)."""
     csv_path = os.path.join(results_dir, CSV_NAME)
