@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Results of a settings sweep: results.csv (merged by combination), results.md, results.png.
+"""Results of a settings sweep: results.csv (merged by combination), results.md, results.png; and
+the collection's chart style, which the canary analysis's chart shares.
 
 Private to this collection: no compatibility promise. The CSV is the source of truth: a re-run
 merges into it (a combination measured again replaces its row, the others stay), the Markdown
@@ -165,34 +166,55 @@ def render_markdown(title, columns, rows, metric, best, higher_is_better=True):
     return "\n".join(lines) + "\n"
 
 
-def render_png(title, rows, key_fields, metric, best):
-    """A bar chart of metric per combination as PNG bytes (Agg, no pyplot state, deterministic)."""
+# The collection's chart style (the sweep's bars and the canary analysis's panels): Agg, no pyplot
+# state, one palette, values written on the bars, no metadata so the same data give the same bytes.
+BAR_COLOR = "#1b9e77"
+HIGHLIGHT_COLOR = "#d95f02"
+VERDICT_COLORS = {"regression": "#d62728", "inconclusive": "#7f7f7f"}
+
+
+def new_figure(width, height):
+    """(figure, matplotlib.figure module) on the Agg canvas; ReportError without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise ReportError("matplotlib is needed for the chart: %s" % traceback.format_exc().splitlines()[-1])
+    figure = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def annotate_bars(axes, positions, values, tops=None):
+    """Each bar's value written above it (above ``tops``, e.g. its whisker, when given)."""
+    for x, value, top in zip(positions, values, tops or values):
+        axes.annotate("%g" % round(value, 2), (x, max(value, top)), ha="center", va="bottom", fontsize=7)
+
+
+def png_bytes(figure):
+    figure.tight_layout()
+    out = io.BytesIO()
+    # No Software/date metadata: the same rows give the same bytes.
+    figure.savefig(out, format="png", metadata={"Software": None})
+    return out.getvalue()
+
+
+def render_png(title, rows, key_fields, metric, best):
+    """A bar chart of metric per combination as PNG bytes."""
     labels = ["\n".join("%s=%s" % (name, row.get(name) or "None") for name in key_fields) or str(i + 1)
               for i, row in enumerate(rows)]
     values = [_number(row.get(metric)) or 0.0 for row in rows]
-    width = max(6.0, 0.9 * len(rows) + 2.0)
-    figure = Figure(figsize=(width, 4.8), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = new_figure(max(6.0, 0.9 * len(rows) + 2.0), 4.8)
     axes = figure.add_subplot(1, 1, 1)
-    colors = ["#d95f02" if i == best else "#1b9e77" for i in range(len(rows))]
+    colors = [HIGHLIGHT_COLOR if i == best else BAR_COLOR for i in range(len(rows))]
     positions = list(range(len(rows)))
     axes.bar(positions, values, color=colors)
     axes.set_xticks(positions)
     axes.set_xticklabels(labels, fontsize=7)
     axes.set_ylabel(metric)
     axes.set_title(title)
-    for x, value in zip(positions, values):
-        axes.annotate("%g" % round(value, 2), (x, value), ha="center", va="bottom", fontsize=7)
-    figure.tight_layout()
-    out = io.BytesIO()
-    # No Software/date metadata: the same rows give the same bytes.
-    figure.savefig(out, format="png", metadata={"Software": None})
-    return out.getvalue()
+    annotate_bars(axes, positions, values)
+    return png_bytes(figure)
 
 
 def _read_bytes(path):
