@@ -13,8 +13,8 @@ Per metric, a relative threshold AND a significance test (Kayenta's judge, R's w
 - regression: the interval lies wholly on the bad side of zero (significant) AND the change is past
   the metric's threshold in the bad direction;
 - inconclusive: one side has no values, too few samples to ever be significant, a change past the
-  threshold that is not significant, or an interval that reaches past the threshold on the bad side
-  while its half-width is larger than the threshold (too noisy to resolve a change of that size);
+  threshold that is not significant, or an interval that reaches past twice the threshold on the bad
+  side (too noisy: a regression of twice the tolerance cannot be ruled out);
 - pass otherwise. A metric whose threshold is None is reported, not judged.
 
 Samples: per request (all rounds pooled) for TTFT, TPOT and ITL; per round for the output
@@ -37,6 +37,8 @@ REGRESSION = "regression"
 INCONCLUSIVE = "inconclusive"
 INFO = "info"  # reported, not judged (no threshold)
 NOT_MEASURED = "not measured"  # neither side has values (e.g. no speculative decoding)
+
+NOISE_LIMIT = 2.0  # an interval reaching past this many thresholds on the bad side is too noisy to pass
 
 LOWER = "lower"    # lower is better (latencies)
 HIGHER = "higher"  # higher is better (throughput, accept length)
@@ -192,9 +194,9 @@ def judge_metric(metric, canary, baseline, threshold, confidence=0.95, min_reque
     if worse > threshold:
         return verdict(INCONCLUSIVE, "%s past the %s but not significant (%s)" % (change, limit, spread), "noisy")
     worst_case = high if metric.better == LOWER else -low
-    if threshold > 0 and worst_case > threshold and (high - low) / 2.0 > threshold:
-        return verdict(INCONCLUSIVE, "%s, too noisy to tell: the interval (%s) is wider than +-%s and reaches past "
-                       "the %s" % (change, spread, _pct(threshold)[1:], limit), "noisy")
+    if threshold > 0 and worst_case > NOISE_LIMIT * threshold:
+        return verdict(INCONCLUSIVE, "%s, too noisy to tell: the interval (%s) reaches past twice the %s"
+                       % (change, spread, limit), "noisy")
     return verdict(PASS, "%s within the %s (%s)" % (change, limit, spread))
 
 
