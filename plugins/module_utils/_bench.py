@@ -33,6 +33,7 @@ the mean of the requests' own accept lengths (bench_serving prints the server-wi
 from __future__ import annotations
 
 import json
+import math
 import random
 import threading
 import time
@@ -109,7 +110,7 @@ def request_rate(value):
         rate = float(value)
     except (TypeError, ValueError):
         raise WorkloadError("workload request_rate must be a number of requests per second or inf, got %r" % (value,))
-    if not rate > 0:
+    if math.isnan(rate) or rate <= 0:
         raise WorkloadError("workload request_rate must be above 0 (or inf), got %r" % (value,))
     return rate
 

@@ -168,6 +168,10 @@ class Analysis(object):
         return _bench.benchmark(self.clients[role], workload or self.workload, self.first_round + round_index,
                                 self.timeout, self.file_prompts)
 
+    def _side(self, role, rounds, results):
+        return dict(self.targets[role].public(), figures=pooled_figures(results[role], rounds[role]),
+                    rounds=rounds[role])
+
     def _membership(self):
         if self.router is None:
             return dict((role, None) for role in self.targets), None
@@ -235,11 +239,8 @@ class Analysis(object):
             "metrics": verdict["metrics"],
             "critical": verdict["critical"],
             "advice": verdict["advice"],
-            "canary": dict(self.targets[CANARY].public(), figures=pooled_figures(results[CANARY], rounds[CANARY]),
-                           rounds=rounds[CANARY]),
-            "baseline": dict(self.targets[BASELINE].public(), figures=pooled_figures(results[BASELINE],
-                                                                                       rounds[BASELINE]),
-                             rounds=rounds[BASELINE]),
+            "canary": self._side(CANARY, rounds, results),
+            "baseline": self._side(BASELINE, rounds, results),
             "traffic": traffic,
             "workload": self.workload,
             "rounds": self.rounds,
@@ -314,9 +315,9 @@ def merge_membership(before, after):
         elif first["in_router"] == last["in_router"]:
             merged[role] = {"in_router": first["in_router"], "healthy": first["healthy"] and last["healthy"]}
         else:
+            moved = "left" if first["in_router"] else "joined"
             merged[role] = {"in_router": None, "healthy": last["healthy"],
-                            "router_note": "%s the router during the window" % ("left" if first["in_router"]
-                                                                                   else "joined")}
+                            "router_note": "%s the router during the window" % moved}
     return merged
 
 
@@ -333,10 +334,11 @@ def traffic_report(targets, membership, router_error, before, after, sent):
             entry.update(membership[role])
         note = entry.pop("router_note", None)
         if counters_before and counters_after:
-            entry["requests"] = _delta(counters_after["requests"], counters_before["requests"], sent[role]["requests"])
+            requests = _delta(counters_after["requests"], counters_before["requests"], sent[role]["requests"])
+            entry["requests"] = requests
             entry["generation_tokens"] = _delta(counters_after["generation_tokens"],
                                                 counters_before["generation_tokens"], sent[role]["tokens"])
-            said.append("%s %s %d requests" % (role, target.name, entry["requests"]))
+            said.append("%s %s %s requests" % (role, target.name, requests))
         else:
             note = "; ".join(n for n in (note, "unknown: %s" % (why_before or why_after)) if n)
             said.append("%s %s unknown" % (role, target.name))
@@ -398,8 +400,9 @@ def render_markdown(result, chart_note):
     for role in (CANARY, BASELINE):
         entry = traffic[role]
         in_router = {True: "yes", False: "no", None: "unknown"}[entry["in_router"]]
-        lines.append("| %s %s | %s | %s | %s | %s |" % (role, entry["name"], in_router, _cell(entry["requests"]),
-                                                      _cell(entry["generation_tokens"]), entry["note"] or ""))
+        cells = (role, entry["name"], in_router, _cell(entry["requests"]), _cell(entry["generation_tokens"]),
+                 entry["note"] or "")
+        lines.append("| %s %s | %s | %s | %s | %s |" % cells)
     if traffic.get("router_error"):
         lines.append("")
         lines.append("Router: %s" % traffic["router_error"])

@@ -165,8 +165,9 @@ def judge_metric(metric, canary, baseline, threshold, confidence=0.95, min_reque
     row["baseline"] = _statistic(metric, baseline)
     if row["baseline"] == 0:
         return verdict(INCONCLUSIVE, "the baseline's %s is 0: no relative change" % metric.label, "empty:baseline")
-    row["change"] = row["canary"] / row["baseline"] - 1.0
-    worse = row["change"] if metric.better == LOWER else -row["change"]
+    relative = row["canary"] / row["baseline"] - 1.0
+    row["change"] = relative
+    worse = relative if metric.better == LOWER else -relative
     alpha = 1.0 - confidence
     try:
         test = _stats.mann_whitney(canary, baseline, confidence=confidence)
@@ -177,7 +178,7 @@ def judge_metric(metric, canary, baseline, threshold, confidence=0.95, min_reque
     row["ci"] = [low, high]
     significant_worse = low > 0 if metric.better == LOWER else high < 0
     spread = "p=%.2g, %d%% interval %s..%s" % (test.p_value, round(confidence * 100), _pct(low), _pct(high))
-    change = "%s %s" % (metric.label, _pct(row["change"]))
+    change = "%s %s" % (metric.label, _pct(relative))
     if threshold is None:
         return verdict(INFO, "%s (%s; not judged)" % (change, spread))
     limit = "threshold %s" % _pct(threshold if metric.better == LOWER else -threshold)
@@ -226,12 +227,14 @@ def critical_checks(canary, baseline, thresholds):
         messages.append("the baseline failed %d request(s) (%.0f%%): %s" % (
             b_failed, 100 * _failure_rate(baseline), "; ".join(baseline.get("errors") or []) or "no error text"))
     collapse = thresholds["accept_length_collapse"]
-    c_accept = _stats.mean([v for v in canary.get("rounds", {}).get("accept_length", []) if v is not None])
-    b_accept = _stats.mean([v for v in baseline.get("rounds", {}).get("accept_length", []) if v is not None])
-    if collapse is not None and c_accept is not None and b_accept and c_accept < collapse * b_accept:
-        word = REGRESSION
-        messages.append("the accept length collapsed: %.2f on the canary against %.2f on the baseline (below %.0f%%)"
-                        % (c_accept, b_accept, 100 * collapse))
+    accepts = [[v for v in side.get("rounds", {}).get("accept_length", []) if v is not None]
+               for side in (canary, baseline)]
+    if collapse is not None and accepts[0] and accepts[1]:
+        c_accept, b_accept = (sum(values) / len(values) for values in accepts)
+        if c_accept < collapse * b_accept:
+            word = REGRESSION
+            messages.append("the accept length collapsed: %.2f on the canary against %.2f on the baseline (below "
+                            "%.0f%%)" % (c_accept, b_accept, 100 * collapse))
     return word, messages
 
 

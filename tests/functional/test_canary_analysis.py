@@ -176,7 +176,7 @@ def test_the_analysis_judges_a_real_canary_against_its_baseline(tmp_path, fault,
     fleet = Fleet(fault)
     try:
         if fleet.router:
-            wait_for(lambda: fleet.router_lists_both(), "the router to list both hosts")
+            wait_for(fleet.router_lists_both, "the router to list both hosts")
             with RouterTraffic(fleet.router) as traffic:
                 result, output = run_analysis(fleet, tmp_path)
             assert traffic.sent > 0

@@ -247,8 +247,8 @@ def test_the_report_has_json_markdown_and_a_chart_and_no_key(regression, tmp_pat
 
 
 def test_without_matplotlib_the_chart_is_skipped_and_said_so(regression, tmp_path, monkeypatch):
-    monkeypatch.setattr(_report, "matplotlib_missing", lambda: "Traceback...\nModuleNotFoundError: No module named "
-                                                                "'matplotlib'\n")
+    missing = "Traceback...\nModuleNotFoundError: No module named 'matplotlib'\n"
+    monkeypatch.setattr(_report, "matplotlib_missing", lambda: missing)
     report = _canary.write_report(regression, str(tmp_path))
     assert report["png"] is None and report["chart"] == (
         "The chart was skipped: matplotlib is not installed where the analysis ran (ModuleNotFoundError: No module "
