@@ -121,6 +121,12 @@ class SpecModel:
 DRAFT_ATTENTION_COST = 0.2  # extra verify time per 8192 tokens the draft attends to
 
 
+def _sleep_until(deadline):
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
 class Timing:
     """How long this process takes for a prefill and a decode step: the settings' cost (SpecModel), made
     noisy like a real server's run-to-run variation, and slowed by the slow_decode fault.
@@ -530,14 +536,18 @@ class Engine:
             request_factor = self.timing.request_factor()
             produced = 0
             if max_new:
-                time.sleep(self.timing.prefill_seconds(prompt_tokens - cached, request_factor))
+                # Steps are paced against deadlines: the model's time is the GPU's, and this process's
+                # own work between steps (JSON, sockets, a busy host CPU) happens inside it, not after.
+                deadline = time.monotonic() + self.timing.prefill_seconds(prompt_tokens - cached, request_factor)
+                _sleep_until(deadline)
                 produced = 1
                 alive = stream_cb is None or stream_cb(words[:1], ids[:1], 1, prompt_tokens, cached) is not False
                 remaining = max_new - 1
                 steps = int(math.ceil(remaining / accept)) if alive and remaining else 0
                 for n in range(steps):
                     base = self.spec.step_seconds(self.token_seconds, prompt_tokens + produced) * step_factor
-                    time.sleep(self.timing.step_seconds(base, request_factor, len(self.in_flight)))
+                    deadline += self.timing.step_seconds(base, request_factor, len(self.in_flight))
+                    _sleep_until(deadline)
                     previous = produced
                     produced = 1 + min(remaining, int(round((n + 1) * remaining / steps)))
                     verify_ct += 1
