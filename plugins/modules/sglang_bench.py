@@ -110,10 +110,9 @@ options:
       - Whether to validate TLS certificates when O(url) is C(https).
     type: bool
     default: true
-seealso:
-  - name: SGLang bench_serving
-    description: The benchmark whose requests and figures this module reproduces.
-    link: https://docs.sglang.ai/developer_guide/bench_serving.html
+notes:
+  - The requests and the figures are those of SGLang's C(python -m sglang.bench_serving --backend sglang)
+    (C(sglang/benchmark/serving.py)); docs/canary-analysis.md in the collection lists the definitions.
 """
 
 EXAMPLES = r"""

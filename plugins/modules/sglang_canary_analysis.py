@@ -38,6 +38,7 @@ extends_documentation_fragment:
   - gpufleet.inference.attributes.controller
 notes:
   - In check mode the benchmark runs (it only sends requests) and the report files are not written.
+  - The judge follows Kayenta's Mann-Whitney judge (Spinnaker, Argo Rollouts) with R's C(wilcox.test) interval.
 options:
   canary:
     description: The host on the new settings.
@@ -122,9 +123,6 @@ options:
     default: true
 seealso:
   - module: gpufleet.inference.sglang_bench
-  - name: Kayenta's Mann-Whitney judge
-    description: The canary judge this one follows.
-    link: https://spinnaker.io/docs/guides/user/canary/judge/
 """
 
 EXAMPLES = r"""
