@@ -5,7 +5,8 @@
 
 Private to this collection: no compatibility promise. Used by the server probes, the router
 client and the benchmark. It never raises for network outcomes: every exchange is a Response
-whose ``kind`` says what happened (``http`` with a status, ``refused``, ``timeout``, ``error``).
+whose ``kind`` says what happened (``http`` with a status, ``refused``, ``timeout``, ``error``);
+a streamed answer (the benchmark's /generate) is a Stream with the same ``kind`` and ``status``.
 The API key travels only in the Authorization header and is never part of a Response.
 """
 from __future__ import annotations
@@ -164,6 +165,77 @@ def open_url_transport(validate_certs=True):
     return transport
 
 
+class Stream(object):
+    """An answer read as it arrives (Server-Sent Events): ``kind`` and ``status`` as a Response; with
+    status 200 ``readline()`` returns the next raw line (bytes, b"" at the end), otherwise ``body`` holds
+    the error answer. A read that fails raises; ``describe_exception`` words it like a Response."""
+
+    def __init__(self, kind, status=None, handle=None, body=None, error=None):
+        self.kind = kind
+        self.status = status if kind == HTTP else None
+        self.body = body or ""
+        self.error = error
+        self._handle = handle
+
+    def readline(self):
+        return self._handle.readline() if self._handle is not None else b""
+
+    def close(self):
+        if self._handle is not None:
+            try:
+                self._handle.close()
+            finally:
+                self._handle = None
+
+    def describe(self):
+        return Response(self.kind, self.status, self.body, self.error).describe()
+
+
+def describe_exception(exc):
+    """How a failed read of an open answer is reported (timeout, refused/reset, other)."""
+    return _classify(exc).describe()
+
+
+def open_stream_transport(validate_certs=True):
+    """``(method, url, payload, headers, timeout) -> Stream``: the request is sent and the status read;
+    the body stays open for ``readline``. ``timeout`` bounds each read (seconds without a byte)."""
+    def transport(method, url, payload, headers, timeout):
+        import urllib.request  # pylint: disable=import-outside-toplevel
+        headers = dict(headers or {})
+        headers.setdefault("User-Agent", USER_AGENT)
+        headers["Accept"] = "text/event-stream"
+        data = None
+        if payload is not None:
+            data = json.dumps(payload).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        try:
+            opener = _opener(validate_certs, str(url).lower().startswith("https:"))
+            request = urllib.request.Request(url, data=data, headers=headers, method=method)
+            resp = opener.open(request, timeout=max(float(timeout), 0.1))
+            status = getattr(resp, "status", None) or resp.getcode()
+            if status != 200:
+                try:
+                    return Stream(HTTP, status, body=text_of(resp.read()))
+                finally:
+                    resp.close()
+            return Stream(HTTP, status, handle=resp)
+        except HTTPError as exc:
+            try:
+                body = exc.read()
+            except Exception:  # pylint: disable=broad-except
+                body = b""
+            return Stream(HTTP, exc.code, body=text_of(body))
+        except URLError as exc:
+            reason = exc.reason
+            failed = _classify(reason if isinstance(reason, Exception) else exc)
+            return Stream(failed.kind, error=failed.error)
+        except Exception as exc:  # pylint: disable=broad-except
+            failed = _classify(exc)
+            return Stream(failed.kind, error=failed.error)
+
+    return transport
+
+
 _CONFIG_KEY = re.compile(r'^api[-_]key:[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*$', re.M)
 _ESCAPE = re.compile(r'\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)', re.S)
 
@@ -243,11 +315,13 @@ def auth_headers(api_key=None):
 class HttpClient(object):
     """JSON requests against one base URL, with an optional Bearer key."""
 
-    def __init__(self, base_url, api_key=None, validate_certs=True, transport=None, timeout=30.0):
+    def __init__(self, base_url, api_key=None, validate_certs=True, transport=None, timeout=30.0,
+                 stream_transport=None):
         self.base_url = (base_url or "").strip().rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
         self.transport = transport or open_url_transport(validate_certs)
+        self.stream_transport = stream_transport or open_stream_transport(validate_certs)
 
     def request(self, method, path, payload=None, timeout=None):
         return self.transport(method, self.base_url + path, payload, auth_headers(self.api_key),
@@ -261,3 +335,8 @@ class HttpClient(object):
 
     def delete(self, path, timeout=None):
         return self.request("DELETE", path, None, timeout)
+
+    def stream(self, path, payload, timeout=None):
+        """POST ``payload`` and return the open Stream (close it when done)."""
+        return self.stream_transport("POST", self.base_url + path, payload, auth_headers(self.api_key),
+                                     self.timeout if timeout is None else timeout)

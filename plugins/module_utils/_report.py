@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Results of a settings sweep: results.csv (merged by combination), results.md, results.png.
+"""Results of a settings sweep: results.csv (merged by combination), results.md, results.png; and
+the collection's chart style, which the canary analysis's chart shares.
 
 Private to this collection: no compatibility promise. The CSV is the source of truth: a re-run
 merges into it (a combination measured again replaces its row, the others stay), the Markdown
@@ -38,13 +39,15 @@ CSV_NAME = "results.csv"
 MD_NAME = "results.md"
 PNG_NAME = "results.png"
 
-# The figures of gpufleet.inference.sglang_bench, in the order the report shows them. Any other
-# field of a row is a setting, part of the combination key unless key_fields says otherwise.
+# The figures of gpufleet.inference.sglang_bench (bench_serving's names) a sweep keeps, in the order
+# the report shows them. Any other field of a row is a setting, part of the combination key unless
+# key_fields says otherwise. playbooks/tasks/sweep_combination.yml passes exactly these.
 METRIC_FIELDS = (
-    "output_tokens_per_s", "requests_per_s", "p50_ms", "p90_ms", "p99_ms", "mean_ms",
-    "spec_accept_length_mean", "output_tokens", "duration_s", "requests_ok", "requests_failed",
+    "output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+    "median_itl_ms", "median_e2e_latency_ms", "p99_e2e_latency_ms", "accept_length",
+    "completed", "failed_requests", "total_output_tokens", "duration",
 )
-IGNORED_FIELDS = ("errors", "changed", "failed", "msg", "invocation", "skipped")
+IGNORED_FIELDS = ("errors", "details", "changed", "failed", "msg", "invocation", "skipped")
 
 
 class ReportError(Exception):
@@ -169,34 +172,55 @@ def render_markdown(title, columns, rows, metric, best, higher_is_better=True, c
     return "\n".join(lines) + "\n"
 
 
-def render_png(title, rows, key_fields, metric, best):
-    """A bar chart of metric per combination as PNG bytes (Agg, no pyplot state, deterministic)."""
+# The collection's chart style (the sweep's bars and the canary analysis's panels): Agg, no pyplot
+# state, one palette, values written on the bars, no metadata so the same data give the same bytes.
+BAR_COLOR = "#1b9e77"
+HIGHLIGHT_COLOR = "#d95f02"
+VERDICT_COLORS = {"regression": "#d62728", "inconclusive": "#7f7f7f"}
+
+
+def new_figure(width, height):
+    """(figure, matplotlib.figure module) on the Agg canvas; ReportError without matplotlib."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise ReportError("matplotlib is needed for the chart: %s" % traceback.format_exc().splitlines()[-1])
+    figure = Figure(figsize=(width, height), dpi=100)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def annotate_bars(axes, positions, values, tops=None):
+    """Each bar's value written above it (above ``tops``, e.g. its whisker, when given)."""
+    for x, value, top in zip(positions, values, tops or values):
+        axes.annotate("%g" % round(value, 2), (x, max(value, top)), ha="center", va="bottom", fontsize=7)
+
+
+def png_bytes(figure):
+    figure.tight_layout()
+    out = io.BytesIO()
+    # No Software/date metadata: the same rows give the same bytes.
+    figure.savefig(out, format="png", metadata={"Software": None})
+    return out.getvalue()
+
+
+def render_png(title, rows, key_fields, metric, best):
+    """A bar chart of metric per combination as PNG bytes."""
     labels = ["\n".join("%s=%s" % (name, row.get(name) or "None") for name in key_fields) or str(i + 1)
               for i, row in enumerate(rows)]
     values = [_number(row.get(metric)) or 0.0 for row in rows]
-    width = max(6.0, 0.9 * len(rows) + 2.0)
-    figure = Figure(figsize=(width, 4.8), dpi=100)
-    FigureCanvasAgg(figure)
+    figure = new_figure(max(6.0, 0.9 * len(rows) + 2.0), 4.8)
     axes = figure.add_subplot(1, 1, 1)
-    colors = ["#d95f02" if i == best else "#1b9e77" for i in range(len(rows))]
+    colors = [HIGHLIGHT_COLOR if i == best else BAR_COLOR for i in range(len(rows))]
     positions = list(range(len(rows)))
     axes.bar(positions, values, color=colors)
     axes.set_xticks(positions)
     axes.set_xticklabels(labels, fontsize=7)
     axes.set_ylabel(metric)
     axes.set_title(title)
-    for x, value in zip(positions, values):
-        axes.annotate("%g" % round(value, 2), (x, value), ha="center", va="bottom", fontsize=7)
-    figure.tight_layout()
-    out = io.BytesIO()
-    # No Software/date metadata: the same rows give the same bytes.
-    figure.savefig(out, format="png", metadata={"Software": None})
-    return out.getvalue()
+    annotate_bars(axes, positions, values)
+    return png_bytes(figure)
 
 
 def _read_bytes(path):
@@ -225,7 +249,7 @@ def query(results_dir, candidates=None, key_fields=None):
             "key_fields": key_fields, "msg": plan}
 
 
-def write_report(results_dir, new_rows, key_fields=None, metric="output_tokens_per_s", higher_is_better=True,
+def write_report(results_dir, new_rows, key_fields=None, metric="output_throughput", higher_is_better=True,
                  title="SGLang settings sweep", chart=True, check_mode=False, chart_skipped=None):
     """Merge new_rows into results.csv and re-render results.md (and results.png).
 

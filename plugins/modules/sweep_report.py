@@ -55,7 +55,7 @@ options:
   rows:
     description:
       - With O(state=present), result rows, each the settings of one combination plus the figures of
-        M(gpufleet.inference.sglang_bench) (for example C(output_tokens_per_s), C(p90_ms), C(spec_accept_length_mean)).
+        M(gpufleet.inference.sglang_bench) (for example C(output_throughput), C(median_tpot_ms), C(accept_length)).
       - With O(state=query), candidate combinations (settings only).
       - The fields C(errors), C(changed), C(failed), C(msg), C(invocation) and C(skipped) are dropped.
     type: list
@@ -71,7 +71,7 @@ options:
     description:
       - The column that decides the best row and is charted.
     type: str
-    default: output_tokens_per_s
+    default: output_throughput
   higher_is_better:
     description:
       - Whether a higher O(metric) is better; set to V(false) for latencies.
@@ -107,9 +107,9 @@ EXAMPLES = r"""
     rows:
       - draft_window_size: "{{ item.draft_window_size }}"
         block_size: "{{ item.block_size }}"
-        output_tokens_per_s: "{{ bench.output_tokens_per_s }}"
-        p90_ms: "{{ bench.p90_ms }}"
-        spec_accept_length_mean: "{{ bench.spec_accept_length_mean }}"
+        output_throughput: "{{ bench.output_throughput }}"
+        median_tpot_ms: "{{ bench.median_tpot_ms }}"
+        accept_length: "{{ bench.accept_length }}"
   delegate_to: localhost
 """
 
@@ -142,7 +142,7 @@ rows:
   returned: always
   type: list
   elements: dict
-  sample: [{"draft_window_size": "2048", "block_size": "16", "output_tokens_per_s": "2621.4"}]
+  sample: [{"draft_window_size": "2048", "block_size": "16", "output_throughput": "2621.4"}]
 key_fields:
   description: The fields used as the combination key.
   returned: always
@@ -153,13 +153,13 @@ best:
   description: The best row by O(metric); null when no row has a number for it.
   returned: when O(state=present)
   type: dict
-  sample: {"draft_window_size": "2048", "block_size": "16", "output_tokens_per_s": "2621.4"}
+  sample: {"draft_window_size": "2048", "block_size": "16", "output_throughput": "2621.4"}
 columns:
   description: Columns of C(results.csv).
   returned: when O(state=present)
   type: list
   elements: str
-  sample: [draft_window_size, block_size, output_tokens_per_s]
+  sample: [draft_window_size, block_size, output_throughput]
 written:
   description: Files written (or that would be written in check mode).
   returned: when O(state=present)
@@ -207,7 +207,7 @@ def main():
             state=dict(type="str", default="present", choices=["present", "query"]),
             rows=dict(type="list", elements="dict", default=[]),
             key_fields=dict(type="list", elements="str", no_log=False),
-            metric=dict(type="str", default="output_tokens_per_s"),
+            metric=dict(type="str", default="output_throughput"),
             higher_is_better=dict(type="bool", default=True),
             title=dict(type="str", default="SGLang settings sweep"),
             chart=dict(type="bool", default=True),

@@ -8,6 +8,7 @@ Parts, in this order (each a script of its own, runnable alone; see its docstrin
   P4   bench_nochange.py  a rollout with nothing to change vs a gather-facts-only play
   P5   bench_scale.py     wall time and controller CPU at 8, 16, 32, 64 hosts
   idle bench_idle.py      the controller's CPU per second while a batch waits (no lab)
+  canary bench_canary.py  canary analysis: 2x and 1.3x slower decode caught, equal settings passing, 20 runs each
 
 The lab is gpfbench on 127.0.8 (inventory .build/bench/hosts.yml), booted to --hosts first and
 taken down at the end (--keep-lab keeps it). RESULTS.md gets the machine (nproc, RAM, kernel,
@@ -15,7 +16,7 @@ load average before the run), the exact command, the date, every part's tables a
 took, and a closing table of every figure against its target. A part that fails is reported
 and the others still run. Benchmarks print figures; a missed target is VIOLATED, not an error.
 
-Usage: .venv/bin/python tests/benchmarks/run_all.py [--parts sim,P1,P2,P3,P4,P5,idle] [--quick]
+Usage: .venv/bin/python tests/benchmarks/run_all.py [--parts sim,P1,P2,P3,P4,P5,idle,canary] [--quick]
        [--output tests/benchmarks/RESULTS.md] [--keep-lab]
 --quick: short parameters to check the scripts on a loaded machine (3 hosts, 3 restarts, sizes 2,4;
 written to .build/bench/RESULTS.quick.md unless --output is given). Not the figures.
@@ -43,6 +44,7 @@ FULL = {
     "P4": ["bench_nochange.py"],
     "P5": ["bench_scale.py"],
     "idle": ["bench_idle.py"],
+    "canary": ["bench_canary.py"],
 }
 QUICK = {
     "sim": ["bench_sim.py", "--runs", "1", "--loads", "1", "--concurrency", "32"],
@@ -52,6 +54,7 @@ QUICK = {
     "P4": ["bench_nochange.py", "--hosts", "3", "--runs", "2", "--load", "4", "--settle", "2", "--import-mb", "0"],
     "P5": ["bench_scale.py", "--sizes", "2,4", "--load", "2", "--settle", "1"],
     "idle": ["bench_idle.py", "--wait", "4", "--runs", "1", "--tasks", "5"],
+    "canary": ["bench_canary.py", "--runs", "2", "--factors", "1.0,2.0", "--num-prompts", "16", "--output-len", "64"],
 }
 TITLES = {
     "sim": "Simulator timing (bench_sim.py)",
@@ -61,8 +64,9 @@ TITLES = {
     "P4": "P4 no-change run (bench_nochange.py)",
     "P5": "P5 scale (bench_scale.py)",
     "idle": "P5 idle: the controller while a batch waits (bench_idle.py)",
+    "canary": "Canary analysis: detection and false alarms (bench_canary.py)",
 }
-MARKDOWN = {"P1", "P3", "P4", "P5", "idle"}  # the others print plain text: kept in a code block
+MARKDOWN = {"P1", "P3", "P4", "P5", "idle", "canary"}  # the others print plain text: kept in a code block
 
 
 def run_part(part: str, argv: list[str]) -> dict:
@@ -130,7 +134,7 @@ def write_results(path: Path, results: list[dict], machine: dict, command: str, 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--parts", default="sim,P1,P2,P3,P4,P5,idle")
+    parser.add_argument("--parts", default="sim,P1,P2,P3,P4,P5,idle,canary")
     parser.add_argument("--quick", action="store_true", help="short parameters (checks the scripts; not the figures)")
     parser.add_argument("--hosts", type=int, help="hosts to boot first (default 8, --quick 3)")
     parser.add_argument("--output", type=Path)

@@ -417,7 +417,7 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
         "sweep_results_dir": str(results),
         "sweep_matrix": {"sglang_speculative_draft_window_size": [None, 1024],
                          "sglang_speculative_num_draft_tokens": [8, 16]},
-        "sweep_bench": {"num_prompts": 16, "concurrency": 4, "max_new_tokens": 64},
+        "sweep_bench": {"num_prompts": 16, "max_concurrency": 4, "output_len": 64, "input_len": 32},
     }
     run = ansible_playbook(hosts_yml, "gpufleet.inference.sweep", extra)
     assert run.rc == 0, run
@@ -429,9 +429,10 @@ def test_sweep_measures_each_combination_once(clean_fleet, router_clean, fleet_i
     assert combos == {("", "8"), ("", "16"), ("1024", "8"), ("1024", "16")}, csv_text
     for row in rows:
         assert row["status"] == "ok", row
-        assert float(row["output_tokens_per_s"]) > 0 and float(row["p90_ms"]) > 0, row
-        assert int(row["requests_ok"]) == 16 and int(row["requests_failed"]) == 0, row
-        assert float(row["spec_accept_length_mean"]) > 1, row
+        assert float(row["output_throughput"]) > 0 and float(row["median_ttft_ms"]) > 0, row
+        assert float(row["median_tpot_ms"]) > 0 and float(row["p99_e2e_latency_ms"]) > 0, row
+        assert int(row["completed"]) == 16 and int(row["failed_requests"]) == 0, row
+        assert float(row["accept_length"]) > 1, row
         window = row["sglang_speculative_draft_window_size"] or "None"
         assert f"block_size={row['sglang_speculative_num_draft_tokens']} draft_window_size={window}" in row["observed"], row
     md = (results / "results.md").read_text()

@@ -50,7 +50,7 @@ def test_the_sweep_writes_its_results_says_the_chart_was_skipped_and_restores_th
     assert run.rc == 0, run
     rows = list(csv.DictReader(io.StringIO((results / "results.csv").read_text())))
     assert sorted(r["sglang_speculative_draft_window_size"] for r in rows) == ["1024", "4096"], rows
-    assert all(r["status"] == "ok" and float(r["output_tokens_per_s"]) > 0 for r in rows), rows
+    assert all(r["status"] == "ok" and float(r["output_throughput"]) > 0 for r in rows), rows
     report = (results / "results.md").read_text()
     assert "Chart: skipped: matplotlib cannot be imported on the controller (ModuleNotFoundError: No module " \
            "named 'matplotlib')" in report, report

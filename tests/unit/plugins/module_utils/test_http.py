@@ -256,6 +256,18 @@ def server():
             elif self.path == "/slow":
                 time.sleep(2)
                 self._answer(200, {})
+            elif self.path.startswith("/sse"):
+                # as uvicorn streams SGLang's /generate: chunked text/event-stream
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for event in (b'data: {"n":1}\n\n', b"data: [DONE]\n\n"):
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    self.wfile.flush()
+                    if self.path == "/sse-stall":
+                        time.sleep(2)
+                self.wfile.write(b"0\r\n\r\n")
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -286,6 +298,58 @@ def test_real_exchanges_answers_redirects_errors_timeouts_and_refusals(server, m
     sock.close()
     refused = http.HttpClient("http://127.0.0.1:%d" % closed).get("/ok", timeout=2)
     assert refused.kind == http.REFUSED and not refused.port_open
+
+
+def test_a_stream_is_read_line_by_line_with_the_key_and_an_event_stream_accept(server, monkeypatch):
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    stream = http.HttpClient(server, "sekret").stream("/sse", {"text": "x"}, timeout=5)
+    try:
+        assert (stream.kind, stream.status) == (http.HTTP, 200)
+        lines = []
+        while True:
+            line = stream.readline()
+            if not line:
+                break
+            lines.append(line)
+    finally:
+        stream.close()
+    assert lines == [b'data: {"n":1}\n', b"\n", b"data: [DONE]\n", b"\n"]
+    stream.close()  # closing twice is harmless
+    busy = http.HttpClient(server).stream("/busy", {}, timeout=5)
+    assert (busy.status, busy.describe()) == (503, 'HTTP 503 {"error": "loading"}') and busy.readline() == b""
+
+
+def test_a_stream_that_stalls_raises_on_read_and_is_described_as_a_timeout(server, monkeypatch):
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    stream = http.HttpClient(server).stream("/sse-stall", {}, timeout=0.3)
+    try:
+        assert stream.readline() == b'data: {"n":1}\n' and stream.readline() == b"\n"
+        with pytest.raises(Exception) as failed:
+            stream.readline()
+    finally:
+        stream.close()
+    assert http.describe_exception(failed.value) == "no answer within the request timeout"
+
+
+def test_a_stream_to_a_closed_port_is_refused_without_raising():
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    closed = sock.getsockname()[1]
+    sock.close()
+    stream = http.HttpClient("http://127.0.0.1:%d" % closed).stream("/generate", {}, timeout=2)
+    assert (stream.kind, stream.status, stream.describe()) == (http.REFUSED, None, "connection refused")
+
+
+def test_stream_errors_before_an_answer_become_stream_kinds(open_url):
+    transport = http.open_stream_transport()
+    open_url.outcomes.append(URLError(socket.timeout("timed out")))
+    assert transport("POST", "http://h:1/generate", {}, {}, 1).kind == http.TIMEOUT
+    open_url.outcomes.append(HTTPError("http://h:1/generate", 401, "Unauthorized", {}, io.BytesIO(b'{"error": "Unauthorized"}')))
+    denied = transport("POST", "http://h:1/generate", {}, {"Authorization": "Bearer k"}, 1)
+    assert (denied.kind, denied.status, denied.body) == (http.HTTP, 401, '{"error": "Unauthorized"}')
+    assert open_url.calls[-1][1]["headers"]["Accept"] == "text/event-stream"
 
 
 # ---------------------------------------------------------------- the API key of an SGLang config file

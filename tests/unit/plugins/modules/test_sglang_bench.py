@@ -58,7 +58,7 @@ class Done(Exception):
     pass
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def module_exits(monkeypatch):
     def finish(self, **kwargs):
         raise Done(kwargs)
@@ -66,31 +66,44 @@ def module_exits(monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", lambda self, **kw: finish(self, failed=True, **kw))
 
 
-def test_bench_against_the_simulator(sim, module_exits):
-    with patch_module_args({"url": sim, "num_prompts": 12, "concurrency": 3, "max_new_tokens": 32,
-                            "prompts": ["a, b", "c"]}):
+def run_module(args):
+    with patch_module_args(args):
         with pytest.raises(Done) as done:
             sglang_bench.main()
-    result = done.value.args[0]
+    return done.value.args[0]
+
+
+def test_bench_against_the_simulator_streams_and_reports_bench_servings_figures(sim):
+    result = run_module({"url": sim, "num_prompts": 12, "max_concurrency": 3, "output_len": 32, "input_len": 16,
+                         "details": True})
     assert not result.get("failed") and result["changed"] is False
-    assert result["requests_ok"] == 12 and result["requests_failed"] == 0
-    assert result["output_tokens"] == 12 * 32
-    assert result["output_tokens_per_s"] > 0 and result["p50_ms"] <= result["p90_ms"] <= result["p99_ms"]
-    assert result["spec_accept_length_mean"] > 1.0
+    assert result["completed"] == 12 and result["failed_requests"] == 0 and result["errors"] == []
+    assert result["total_output_tokens"] == 12 * 32 and result["total_input_tokens"] >= 12 * 16
+    assert result["output_throughput"] > 0 and result["concurrency"] > 0
+    assert 0 < result["median_ttft_ms"] <= result["p99_ttft_ms"] < result["median_e2e_latency_ms"]
+    assert 0 < result["median_tpot_ms"] and 0 < result["median_itl_ms"] <= result["max_itl_ms"]
+    assert result["accept_length"] > 1.0
+    assert len(result["details"]["ttfts"]) == 12 and all(len(itl) == 31 for itl in result["details"]["itls"])
 
 
-def test_bench_fails_when_every_request_fails(module_exits):
+def test_bench_uses_the_given_prompts_with_the_old_option_names(sim):
+    result = run_module({"url": sim, "num_prompts": 4, "concurrency": 2, "max_new_tokens": 8, "prompts": ["a, b", "c"]})
+    assert result["completed"] == 4 and result["total_output_tokens"] == 32
+
+
+def test_bench_fails_when_every_request_fails():
     url = "http://127.0.0.1:%d" % free_port()
-    with patch_module_args({"url": url, "num_prompts": 3, "concurrency": 2, "timeout": 2}):
-        with pytest.raises(Done) as done:
-            sglang_bench.main()
-    result = done.value.args[0]
-    assert result["failed"] is True and result["requests_failed"] == 3
-    assert result["msg"].startswith("all 3 requests to %s/generate failed" % url)
+    result = run_module({"url": url, "num_prompts": 3, "max_concurrency": 2, "timeout": 2})
+    assert result["failed"] is True and result["failed_requests"] == 3 and result["errors"] == ["connection refused"]
+    assert result["msg"] == "all 3 requests to %s/generate failed: connection refused" % url
 
 
-def test_bench_rejects_zero_concurrency(module_exits):
-    with patch_module_args({"url": "http://127.0.0.1:1", "concurrency": 0}):
-        with pytest.raises(Done) as done:
-            sglang_bench.main()
-    assert done.value.args[0]["msg"] == "concurrency must be at least 1, got 0"
+def test_bench_refuses_a_bad_workload_before_any_request():
+    result = run_module({"url": "http://127.0.0.1:1", "max_concurrency": 0})
+    assert result["failed"] is True
+    assert result["msg"] == "workload max_concurrency must be a whole number of at least 1, got 0"
+
+
+def test_bench_refuses_an_empty_prompts_list():
+    result = run_module({"url": "http://127.0.0.1:1", "prompts": []})
+    assert result["failed"] is True and result["msg"] == "prompts must not be empty"

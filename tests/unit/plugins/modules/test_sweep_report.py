@@ -28,12 +28,12 @@ def call(args):
     return done.value.args[0]
 
 
-ROWS = [{"window": 2048, "output_tokens_per_s": 900.0}, {"window": 4096, "output_tokens_per_s": 800.0}]
+ROWS = [{"window": 2048, "output_throughput": 900.0}, {"window": 4096, "output_throughput": 800.0}]
 
 
 def test_present_then_query_then_idempotent(tmp_path, module_exits):
     first = call({"results_dir": str(tmp_path), "rows": ROWS})
-    assert first["changed"] is True and first["best"] == {"window": "2048", "output_tokens_per_s": "900.0"}
+    assert first["changed"] is True and first["best"] == {"window": "2048", "output_throughput": "900.0"}
     assert "diff" not in first
     state = call({"results_dir": str(tmp_path), "state": "query", "rows": [{"window": 2048}, {"window": 1024}]})
     assert state["changed"] is False and state["pending"] == [{"window": 1024}]
@@ -44,7 +44,7 @@ def test_present_then_query_then_idempotent(tmp_path, module_exits):
 def test_check_mode_with_diff(tmp_path, module_exits):
     result = call({"results_dir": str(tmp_path / "r"), "rows": ROWS, "_ansible_check_mode": True, "_ansible_diff": True})
     assert result["changed"] is True and not (tmp_path / "r").exists()
-    assert result["diff"]["before"] == "" and result["diff"]["after"].startswith("window,output_tokens_per_s\n")
+    assert result["diff"]["before"] == "" and result["diff"]["after"].startswith("window,output_throughput\n")
 
 
 def test_without_matplotlib_the_results_are_written_and_say_the_chart_was_skipped(
@@ -58,7 +58,7 @@ def test_without_matplotlib_the_results_are_written_and_say_the_chart_was_skippe
     assert result["png_path"] is None and not (tmp_path / "results.png").exists()
     assert "No module named 'matplotlib'" in result["chart_skipped"] and "pip install matplotlib" in result["chart_skipped"]
     assert len(warned) == 1 and "chart skipped" in warned[0], warned
-    assert (tmp_path / "results.csv").read_text().startswith("window,output_tokens_per_s\n")
+    assert (tmp_path / "results.csv").read_text().startswith("window,output_throughput\n")
     report = (tmp_path / "results.md").read_text()
     assert "Chart: skipped: matplotlib cannot be imported on the controller (ModuleNotFoundError: No module named " \
            "'matplotlib')" in report, report

@@ -105,14 +105,77 @@ class SpecModel:
         jitter = (int(hashlib.sha256(key.encode()).hexdigest()[:4], 16) / 65535.0 - 0.5) * 0.08
         return max(1.0, min(float(blocks), length * (1.0 + jitter)))
 
-    def step_seconds(self, token_seconds):
+    def step_seconds(self, token_seconds, context=0):
+        """One verify step at a context of ``context`` tokens (before noise and faults)."""
         if not self.enabled:
             return token_seconds
         # a bigger block/tree makes each verify a bit more expensive
         extra = self.block_size / 64.0
         if self.algorithm == "DDTREE" and self.tree_budget:
             extra += int(self.tree_budget) / 512.0
+        # the draft attends to the whole context, or to the window only (why windows exist)
+        attended = context if self.window is None else min(context, int(self.window))
+        extra += DRAFT_ATTENTION_COST * attended / 8192.0
         return token_seconds * (1.0 + extra)
+
+
+DRAFT_ATTENTION_COST = 0.2  # extra verify time per 8192 tokens the draft attends to
+
+
+def _sleep_until(deadline):
+    delay = deadline - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+class Timing:
+    """How long this process takes for a prefill and a decode step: the settings' cost (SpecModel), made
+    noisy like a real server's run-to-run variation, and slowed by the slow_decode fault.
+
+    Noise (off with SGLANG_SIM_NOISE=0): a per-process speed factor drawn once at start
+    (lognormal, SGLANG_SIM_DRIFT, default 0.015: two processes of the same settings differ by about
+    2 %, as two real servers do), a per-request factor (0.03: where a request sits in the batch)
+    and a per-step / per-prefill jitter (0.10: kernel and scheduling variation). SGLANG_SIM_NOISE_SEED
+    makes the draws repeatable.
+    """
+
+    REQUEST_SIGMA = 0.03
+    STEP_SIGMA = 0.10
+    BATCH_TOKENS = 256.0  # a running request adds 1/256 to every step (batched decode)
+
+    def __init__(self, token_seconds, faults):
+        self.token_seconds = token_seconds
+        self.noise = os.environ.get("SGLANG_SIM_NOISE", "1") != "0"
+        seed = os.environ.get("SGLANG_SIM_NOISE_SEED")
+        self.rng = random.Random(seed) if seed else random.Random()
+        self.process_factor = self._lognormal(_env_float("SGLANG_SIM_DRIFT", 0.015))
+        self.slow = float(faults.get("slow_decode") or 2.0) if "slow_decode" in faults else 1.0
+        if not self.slow > 0:
+            raise ValueError("SGLANG_SIM_FAULT slow_decode=F needs F > 0, got %r" % faults.get("slow_decode"))
+
+    def _lognormal(self, sigma):
+        # normalvariate, not gauss: request threads draw concurrently
+        return math.exp(self.rng.normalvariate(0.0, sigma)) if self.noise and sigma > 0 else 1.0
+
+    def request_factor(self):
+        return self._lognormal(self.REQUEST_SIGMA)
+
+    def prefill_seconds(self, new_tokens, request_factor):
+        """Time to the first token: one step plus the uncached prompt (256 tokens cost one more step)."""
+        return (self.token_seconds * (1.0 + new_tokens / 256.0) * self.process_factor * request_factor
+                * self._lognormal(self.STEP_SIGMA))
+
+    def decode(self, accept_length):
+        """(accept length, step time factor) under slow_decode=F: decode throughput / F, split between a
+        lower accept length (/ sqrt(F), at least 1) and a slower step, so verification is untouched."""
+        if self.slow == 1.0:
+            return accept_length, 1.0
+        slower = max(1.0, accept_length / math.sqrt(self.slow))
+        return slower, self.slow * slower / accept_length
+
+    def step_seconds(self, base, request_factor, running):
+        return (base * self.process_factor * request_factor * (1.0 + running / self.BATCH_TOKENS)
+                * self._lognormal(self.STEP_SIGMA))
 
 
 # --------------------------------------------------------------------------
@@ -461,6 +524,7 @@ class Engine:
         self.load_seconds = max(0.0, _env_float("SGLANG_SIM_LOAD_SECONDS", 3.0))
         window = runtime_window(sa, faults) if sa.speculative_algorithm == "DFLASH" else None
         self.spec = SpecModel(sa, window)
+        self.timing = Timing(self.token_seconds, faults)
         self.generation_tokens_total = 0
         self.prompt_tokens_total = 0
         self.requests_total = 0
@@ -485,6 +549,9 @@ class Engine:
 
     # ---- generation -------------------------------------------------------
     def generate_one(self, prompt_key, prompt_tokens, sampling, rid, stream_cb=None):
+        """Generate max_new_tokens: a prefill gives the first token, then verify steps of accept-length
+        tokens each. ``stream_cb(words, ids, produced, prompt_tokens, cached)`` is called after every step
+        with the output so far; when it returns False (the client went away) generation stops."""
         max_new = sampling.get("max_new_tokens", 128)
         if max_new is None:
             max_new = 128
@@ -495,6 +562,7 @@ class Engine:
             self.in_flight[rid] = True
             cached = prompt_tokens - 1 if prompt_key in self.seen_prompts else 0
             self.seen_prompts.add(prompt_key)
+        verify_ct = 0
         try:
             if temperature == 0:
                 rng = random.Random(hashlib.sha256(prompt_key.encode()).hexdigest())
@@ -502,17 +570,29 @@ class Engine:
                 rng = random.Random(rid)
             ids = [rng.randrange(100, 160000) for _i in range(max_new)]
             words = [WORDS[i % len(WORDS)] for i in ids]
-            accept = self.spec.accept_length(prompt_key)
-            verify_ct = int(math.ceil(max_new / accept)) if max_new else 0
-            step = self.spec.step_seconds(self.token_seconds)
+            accept, step_factor = self.timing.decode(self.spec.accept_length(prompt_key))
+            request_factor = self.timing.request_factor()
             produced = 0
-            for n in range(verify_ct):
-                time.sleep(step)
-                previous = produced
-                produced = min(max_new, int(round((n + 1) * max_new / verify_ct)))
-                self._count_step(produced - previous)
-                if stream_cb is not None:
-                    stream_cb(words[:produced], ids[:produced], produced)
+            if max_new:
+                # Steps are paced against deadlines: the model's time is the GPU's, and this process's
+                # own work between steps (JSON, sockets, a busy host CPU) happens inside it, not after.
+                deadline = time.monotonic() + self.timing.prefill_seconds(prompt_tokens - cached, request_factor)
+                _sleep_until(deadline)
+                produced = 1
+                alive = stream_cb is None or stream_cb(words[:1], ids[:1], 1, prompt_tokens, cached) is not False
+                remaining = max_new - 1
+                steps = int(math.ceil(remaining / accept)) if alive and remaining else 0
+                for n in range(steps):
+                    base = self.spec.step_seconds(self.token_seconds, prompt_tokens + produced) * step_factor
+                    deadline += self.timing.step_seconds(base, request_factor, len(self.in_flight))
+                    _sleep_until(deadline)
+                    previous = produced
+                    produced = 1 + min(remaining, int(round((n + 1) * remaining / steps)))
+                    verify_ct += 1
+                    self._count_step(produced - previous)
+                    if stream_cb is not None and stream_cb(words[:produced], ids[:produced], produced,
+                                                           prompt_tokens, cached) is False:
+                        break
         finally:
             with self.lock:
                 self.in_flight.pop(rid, None)
@@ -526,9 +606,9 @@ class Engine:
             "cached_tokens": cached,
             "e2e_latency": round(time.time() - tic, 6),
         }
-        if self.spec.enabled:
-            verify = max(1, verify_ct)
-            length = max_new / verify if max_new else 0.0
+        if self.spec.enabled and verify_ct > 0:
+            # tokenizer_manager: completion_tokens / verify steps (the prefill's token included)
+            length = max_new / verify_ct
             meta["spec_verify_ct"] = verify_ct
             meta["spec_accept_length"] = round(length, 4)
             drafts = max(1, int(self.sa.speculative_num_draft_tokens or 1) - 1)
@@ -681,6 +761,11 @@ class Engine:
 
 class BadRequest(Exception):
     pass
+
+
+def _compact_json(obj):
+    """As the real server's orjson: no spaces, UTF-8."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def _access_log(client, method, path, status):
@@ -960,34 +1045,49 @@ def make_handler(engine):
             return self._send(200, results if batch else results[0])
 
         def _stream(self, prompt, sampling, rid):
+            # http_server.py generate_request: a StreamingResponse (text/event-stream) of
+            # b"data: " + dumps_json(out) + b"\n\n" per output of the tokenizer manager, then
+            # b"data: [DONE]\n\n"; uvicorn sends it with chunked transfer encoding. Every output
+            # carries the whole text so far (no --incremental-streaming-output); the last one is the
+            # finished request itself, with finish_reason, e2e_latency and the spec_* figures.
             self.send_response(200)
             self.send_header("content-type", "text/event-stream; charset=utf-8")
-            self.send_header("cache-control", "no-cache")
+            self.send_header("transfer-encoding", "chunked")
             self.send_header("x-sglang-sim-worker", engine.worker_id)
-            self.send_header("connection", "close")
             self.end_headers()
-            self.close_connection = True
+            max_new = sampling.get("max_new_tokens", 128)
+            max_new = 128 if max_new is None else int(max_new)
 
-            def chunk(words, ids, produced):
+            def send_event(data):
+                event = b"data: " + data + b"\n\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+                self.wfile.flush()
+
+            def chunk(words, ids, produced, prompt_tokens, cached):
+                if produced >= max_new:
+                    return True  # the finished output follows, carrying these tokens
                 payload = {"text": " " + " ".join(words), "output_ids": ids,
-                           "meta_info": {"id": rid, "finish_reason": None, "completion_tokens": produced,
-                                         "sim_worker": engine.worker_id}}
+                           "meta_info": {"id": rid, "finish_reason": None, "prompt_tokens": prompt_tokens,
+                                         "weight_version": "default", "completion_tokens": produced,
+                                         "cached_tokens": cached, "sim_worker": engine.worker_id}}
                 try:
-                    self.wfile.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
-                    self.wfile.flush()
+                    send_event(_compact_json(payload))
                 except OSError:
-                    pass
+                    return False  # the client went away: the real server aborts the request
+                return True
 
             result = engine.generate_one(prompt[0], prompt[1], sampling, rid, stream_cb=chunk)
             log_request(sa, "Finish", {"text": prompt[0], "sampling_params": sampling, "rid": rid, "stream": True},
                         result)
             try:
-                self.wfile.write(b"data: " + json.dumps(result).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
+                send_event(_compact_json(result))
+                send_event(b"[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
             except OSError:
-                pass
-            _access_log(self.client_address, "POST", self.path, 200)
+                self.close_connection = True
+            if sa.log_requests or os.environ.get("SGLANG_SIM_ACCESS_LOG", "1") != "0":
+                _access_log(self.client_address, "POST", self.path, 200)
 
         def completions(self, chat=False):
             body = self._json_body()
