@@ -21,7 +21,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _bench, _canary_judge
 from ansible_collections.gpufleet.inference.plugins.module_utils import _fleet
+from ansible_collections.gpufleet.inference.plugins.module_utils._canary import DEFAULT_ROUNDS
 from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
@@ -87,10 +89,32 @@ class ActionModule(ActionBase):
         check_mode = bool(self._task.check_mode)
         run_id = ro.new_run_id() + ("-check" if check_mode else "")
         holder = _holder.make_holder("rollout", run_id, task_vars)
+        analysis = self._analysis_settings(args.get("analysis") or {})
         return dict(run_id=run_id, run_dir=os.path.join(root, run_id), results_dir=root, check_mode=check_mode,
+                    analysis=analysis,
                     batches=batches, min_healthy=min_healthy, capacity_wait=capacity_wait, hosts=hosts, group=group,
                     requested=requested, takeover=bool(args.get("takeover")), break_lease=bool(args.get("break_lease")),
                     holder=holder, lease_seconds=lease_seconds, pending_lease_seconds=lease_seconds + batch_seconds)
+
+    @staticmethod
+    def _analysis_settings(given):
+        """The canary analysis's settings (rollout_analysis*), checked before anything is asked of a host."""
+        enabled = given.get("enabled", True)
+        if not isinstance(enabled, bool) and str(enabled).lower() not in ("true", "false", "yes", "no", "1", "0"):
+            raise ro.RolloutError("rollout_analysis must be true or false, got %r" % (enabled,))
+        enabled = enabled if isinstance(enabled, bool) else str(enabled).lower() in ("true", "yes", "1")
+        on_inconclusive = str(given.get("on_inconclusive") or "stop")
+        if on_inconclusive not in ("stop", "continue"):
+            raise ro.RolloutError("rollout_analysis_on_inconclusive must be stop or continue, got %r" % on_inconclusive)
+        try:
+            workload = _bench.check_workload(given.get("workload") or {})
+            thresholds = _canary_judge.check_thresholds(given.get("thresholds") or {})
+        except (_bench.WorkloadError, _canary_judge.ThresholdError) as exc:
+            raise ro.RolloutError("rollout_analysis: %s" % exc)
+        rounds = ro.parse_seconds(given.get("rounds", DEFAULT_ROUNDS), "rollout_analysis_rounds", minimum=2)
+        return {"enabled": enabled, "isolate": bool(given.get("isolate")), "on_inconclusive": on_inconclusive,
+                "workload": workload, "thresholds": thresholds, "rounds": rounds,
+                "baseline": str(given.get("baseline") or "") or None}
 
     # ------------------------------------------------------------------ record (a prepare-phase failure)
 
@@ -178,11 +202,38 @@ class ActionModule(ActionBase):
                                            worker_url=entry.get("drain_url"))
             if entry["action"] in ("apply", "recover") and not run.get("check_mode"):
                 apply.append(host)  # a check run's records say what would change; no host goes on
+        run["analysis"] = self._analysis_targets(run, apply, planned["hosts"], facts)
+        if run["analysis"].get("note"):
+            display.display("Canary analysis: %s" % run["analysis"]["note"])
         prebuilt = self._prebuild(task_vars) if apply and not run.get("check_mode") else []
         return {"run": run, "apply": apply, "records": records, "notes": planned["notes"], "prebuilt": prebuilt,
                 "plan": planned["hosts"], "holder": run["holder"],
                 "msg": "run %s%s: %d host(s) to change: %s" % (run["run_id"], " (resumed)" if planned["resumed"] else "",
                                                                len(apply), ", ".join(apply) or "none")}
+
+    @staticmethod
+    def _analysis_targets(run, apply, planned, facts):
+        """The canary (the first host of the first batch) and its baseline: a host of a later batch, still on
+        the previous settings, serving and in the router (rollout_analysis_baseline, else the first such)."""
+        analysis = dict(run.get("analysis") or {}, canary=None, baseline_url=None, note=None)
+        if not analysis.get("enabled") or not apply or run.get("check_mode"):
+            return dict(analysis, enabled=False)
+        first = ro.batch_sizes(run["batches"], len(apply))[0]
+        later = [host for host in apply[first:] if planned[host]["action"] == "apply" and facts[host].get("serving")
+                 and (planned[host].get("drain_url") or not facts[host].get("router"))]
+        wanted = analysis.get("baseline")
+        if wanted and wanted not in later:
+            raise ro.RolloutError("rollout_analysis_baseline %s is not a host of a later batch that still serves the "
+                                  "previous settings (those are: %s)" % (wanted, ", ".join(later) or "none"))
+        baseline = wanted or (later[0] if later else None)
+        if baseline is None:
+            return dict(analysis, enabled=False, note="no host of a later batch still serves the previous settings: "
+                        "the canary is verified, not compared")
+        endpoint = (facts[baseline]["drift"].get("prepared") or {}).get("endpoint") or {}
+        return dict(analysis, canary=apply[0], baseline=baseline,
+                    baseline_url=planned[baseline].get("drain_url") or endpoint.get("worker_url"),
+                    note="%s will be compared with %s (still on the previous settings) after the first batch" % (
+                        apply[0], baseline))
 
     @staticmethod
     def _outside(results):
@@ -300,6 +351,9 @@ class ActionModule(ActionBase):
         hostvars = task_vars.get("hostvars") or {}
         group = list(args.get("group") or [])
         leaving = [str(url).rstrip("/") for url in args.get("leaving") or [] if url]
+        analysis = args.get("analysis") or {}
+        if analysis.get("isolate") and analysis.get("canary") in (args.get("batch") or []):
+            leaving.append(str(analysis["baseline_url"]).rstrip("/"))  # out of the router for the analysis
         required_spec = ro.parse_count(args.get("min_healthy", 0), "rollout_min_healthy")
         if isinstance(required_spec, str):
             required = int(math.ceil(float(required_spec.rstrip("%")) / 100.0 * len(group)))

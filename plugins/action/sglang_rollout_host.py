@@ -27,6 +27,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpat
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
+from ansible_collections.gpufleet.inference.plugins.module_utils._canary import Analysis, AnalysisError, write_report
+from ansible_collections.gpufleet.inference.plugins.module_utils._canary_judge import INCONCLUSIVE, REGRESSION
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import (
     RouterClient,
     RouterError,
@@ -46,6 +48,15 @@ REJOIN_DELAY = 5.0
 CAPACITY = "Check that the router keeps enough healthy workers while this batch is out"
 DRAIN = "Take this host out of the router and let it drain"
 REJOIN = "Put this host back into the router"
+ANALYSIS = "Compare the canary with a host still on the previous settings"
+
+
+def _summary(analysis):
+    """What a record keeps of a canary analysis: the verdict, why, against whom, the report's files."""
+    if not analysis:
+        return None
+    return {"verdict": analysis.get("verdict"), "message": analysis.get("message"),
+            "baseline": (analysis.get("baseline") or {}).get("name"), "report": analysis.get("report")}
 
 ARGUMENT_SPEC = dict(
     run=dict(type="dict", required=True),
@@ -101,6 +112,7 @@ class ActionModule(ActionBase):
         del tmp
         dummy, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
         task_vars = task_vars or {}
+        self._task_vars = task_vars
         self._host = task_vars.get("inventory_hostname", "?")
         if not args["run"].get("run_dir"):
             raise AnsibleActionFail("sglang_rollout_host: run must be the result of sglang_rollout state=start")
@@ -166,23 +178,100 @@ class ActionModule(ActionBase):
         self._record("applying", drained_by=out_by)
         verified = self._path.apply()
         self._record("verified", drained_by=out_by, drift=self._drift, verified=verified)
-        rejoined_at = None
+        rejoined_at, analysis = None, None
         stay_out = self._use_router and bool(self._plan.get("stay_out"))
+        isolate = bool((self._run.get("analysis") or {}).get("isolate"))
+        if isolate:  # compared while it is still out of the router (the baseline leaves it too)
+            analysis = self._analyse(verified)
+            if analysis and analysis["verdict"] == REGRESSION:
+                return self._reject(analysis, in_router=False)
         if self._use_router and not stay_out:
             self._say("verified invocation %s; putting it back into the router" % verified.get("invocation_id")
                       if verified.get("verdict") != _records.NOT_VERIFIED else
                       "not verified (sglang_verify is off); putting it back into the router")
             self._rejoin()
             rejoined_at = ro.iso()
-        saved, error = self._path.save_last_good(verified)
+        if not isolate:  # compared while both serve router traffic (the report says how much each got)
+            analysis = self._analyse(verified)
+            if analysis and analysis["verdict"] == REGRESSION:
+                return self._reject(analysis, in_router=rejoined_at is not None)
+        held = bool(analysis and analysis["verdict"] == INCONCLUSIVE and
+                    self._run["analysis"].get("on_inconclusive") == "stop")
+        # a canary the analysis could not clear is not kept as last-known-good
+        saved, error = (None, None) if held else self._path.save_last_good(verified)
         self._state = self._record("rejoined", worker_url=self._router_args.get("worker_url"), drift=self._drift,
                                    verified=verified, drained=drained, rejoined_at=rejoined_at,
                                    min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"),
-                                   recovering=recovering, last_good=saved, last_good_error=error, left_out=stay_out)
+                                   recovering=recovering, last_good=saved, last_good_error=error, left_out=stay_out,
+                                   analysis=_summary(analysis), held=held)
         self._say(self._state.get("status"))
         status = self._state.get("status")
         return {"msg": "%s: %s (invocation %s)" % (self._host, status, verified.get("invocation_id")),
                 "verified": verified, "record": self._state}
+
+    # ------------------------------------------------------------------ canary analysis
+
+    def _analyse(self, verified):
+        """The canary against a host still on the previous settings (the run's plan chose both): the result of
+        _canary.Analysis with its report in the run's copy, or None when this host is not the canary."""
+        settings = self._run.get("analysis") or {}
+        if not settings.get("enabled") or settings.get("canary") != self._host or \
+                verified.get("verdict") == _records.NOT_VERIFIED:
+            return None
+        baseline = settings["baseline"]
+        hostvars = self._task_vars.get("hostvars") or {}
+        key = self._templar.template((hostvars[baseline] if baseline in hostvars else {}).get("sglang_api_key")
+                                     or "") or None
+        canary_url = self._router_args.get("worker_url") or (self._drift["prepared"].get("endpoint") or {}).get(
+            "worker_url")
+        params = dict(canary={"name": self._host, "url": canary_url, "api_key": self._worker_key},
+                      baseline={"name": baseline, "url": settings["baseline_url"], "api_key": key},
+                      workload=settings["workload"], rounds=settings["rounds"], thresholds=settings["thresholds"],
+                      router_url=self._router_args.get("url") or None,
+                      router_api_key=self._router_args.get("api_key") or None)
+        self._say("canary analysis against %s (%d rounds each)" % (baseline, settings["rounds"]))
+        left = None
+        if settings.get("isolate") and self._use_router:
+            left = self._router("absent", worker_url=settings["baseline_url"], worker_api_key=key,
+                                drain_timeout=self._router_args["drain_timeout"])
+        try:
+            outcome = Analysis.prepare(params, progress=lambda line: self._say("canary analysis: %s" % line)).run()
+        except AnalysisError as exc:
+            outcome = {"verdict": INCONCLUSIVE, "message": "the analysis could not run: %s" % exc}
+        finally:
+            if left is not None and not left.get("failed"):
+                self._router("present", worker_url=settings["baseline_url"], worker_api_key=key)
+        if outcome.get("metrics"):
+            try:
+                outcome["report"] = write_report(outcome, os.path.join(self._run["run_dir"], "analysis"), True, False)
+            except OSError as exc:
+                outcome["report_error"] = str(exc)
+        self._say("canary analysis: %s" % outcome.get("message"))
+        return outcome
+
+    def _reject(self, analysis, in_router):
+        """A canary slower than its baseline: out of the router, reverted to its last-known-good unit and verified,
+        back in; the rollout stops."""
+        if in_router:
+            self._say("leaving the router again: the canary analysis found a regression")
+            drained = self._router("absent", drain_timeout=self._router_args["drain_timeout"])
+            in_router = bool(drained.get("failed"))
+        revert = self._path.revert()
+        rejoined = in_router
+        if revert.get("healthy") and self._use_router and not in_router:
+            back = self._router("present", timeout=self._router_args["rejoin_timeout"])
+            rejoined = not back.get("failed")
+        self._state = self._record("failed", on_host=False, state_before={"step": "applying"}, task=ANALYSIS,
+                                   failure={"msg": analysis.get("message")}, changed=True, revert=revert,
+                                   rejoined_after_revert=rejoined, analysis=_summary(analysis))
+        try:
+            self._lease.hold(record=ro.host_record(self._state, self._run, drained_by=None if rejoined else (
+                self._run["run_id"] if self._use_router else None), worker_url=self._router_args.get("worker_url")))
+        except hp.StepFailed as exc:
+            self._state["host_record_error"] = str(exc.result.get("msg"))
+        self._say(self._state.get("status"))
+        return {"failed": True, "msg": self._state.get("message"), "failed_step": ANALYSIS, "revert": revert,
+                "analysis": analysis, "record": self._state}
 
     def _rejoin(self):
         retries = self._router_args["rejoin_retries"]

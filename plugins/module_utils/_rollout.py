@@ -191,7 +191,8 @@ CONTINUE_STATUSES = ("updated", "recovered", "unchanged (verified)", "updated (n
                      "unchanged (not verified)", "unchanged (verified), out of the router",
                      "updated, left out of the router")
 # A host at one of these stopped the rollout (the run fails).
-STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted")
+STOPPED_STATUSES = ("failed", "verified, not rejoined", "not verified, not rejoined", "reverted",
+                    "updated, analysis inconclusive")
 
 
 def summarize(run, records):
@@ -238,7 +239,14 @@ def table(records):
                      "%.1fs" % ready if isinstance(ready, (int, float)) else "-",
                      seen or ("off" if record.get("config_line_mode") == "absent" else "-")))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows)
+    lines = ["  ".join(str(cell).ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    for record in sorted(records, key=lambda r: r.get("host", "")):
+        analysis = record.get("analysis") or {}
+        if analysis:  # the canary analysis: one line under the table
+            lines.append("canary analysis of %s against %s: %s - %s%s" % (
+                record.get("host"), analysis.get("baseline"), analysis.get("verdict"), analysis.get("message"),
+                " (report: %s)" % (analysis.get("report") or {}).get("markdown") if analysis.get("report") else ""))
+    return "\n".join(lines)
 
 
 def record_step(run, host, step, args):
@@ -249,6 +257,8 @@ def record_step(run, host, step, args):
     root = os.path.dirname(run["run_dir"])
     with RootLock(root):
         record = build_record(host, step, args, run)
+        if args.get("analysis"):
+            record["analysis"] = args["analysis"]
         path = os.path.join(run["run_dir"], "%s.json" % host)
         merged = dict(read_json(path) or {}, **record)
         merged["steps"] = (merged.get("steps") or []) + [{"step": step, "at": iso(), "status": merged["status"]}]
@@ -262,7 +272,7 @@ def host_record(merged, run, drained_by=None, worker_url=None):
     """What the host keeps of a step in its own record (sglang_lease's record): enough for any controller
     to tell where it is, which run left it there, and whether this collection took it out of the router."""
     keys = ("step", "status", "in_router", "old_invocation", "new_invocation", "runs", "failed_step", "outcome",
-            "connection_lost", "reverted", "recovering")
+            "connection_lost", "reverted", "recovering", "analysis")
     record = dict((key, merged.get(key)) for key in keys if merged.get(key) is not None)
     record.update(kind="rollout", run_id=run.get("run_id"), drained_by=drained_by, worker_url=worker_url,
                   intent_digest=(run.get("digests") or {}).get(merged.get("host")))
@@ -336,6 +346,9 @@ def build_record(host, step, args, run):
                 record["status"] = "updated (not verified)" if restarted else "unchanged (not verified)"
             elif step == "rejoined" and not restarted and status == "updated":
                 record["status"] = "recovered" if args.get("recovering") else "unchanged (verified)"
+        if step == "rejoined" and args.get("held"):
+            # the canary analysis could not tell (rollout_analysis_on_inconclusive: stop): left as it is, the run holds
+            record["status"] = "updated, analysis inconclusive"
         if step == "rejoined" and args.get("left_out"):
             # changed and verified, not put into the router: it was out before, not by this collection
             record["in_router"] = False

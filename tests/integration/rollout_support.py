@@ -127,8 +127,9 @@ class FleetInventory:
 
     def set_vars(self, **over) -> dict:
         """group_vars/gpu.yml: the lab's fast DFlash server (SIM_ENV, a short settle) plus `over`."""
+        # the canary analysis (on by default) only where a test asks for it: it benchmarks for a while
         data = self.server_vars(sglang_environment=SIM_ENV, sglang_ready_timeout=90,
-                                sglang_min_ready_seconds=MIN_READY_SECONDS) | over
+                                sglang_min_ready_seconds=MIN_READY_SECONDS, rollout_analysis=False) | over
         self._write("group_vars", "gpu", data)
         return data
 

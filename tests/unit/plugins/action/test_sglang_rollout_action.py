@@ -356,3 +356,43 @@ def test_unknown_state_is_refused():
     from ansible.errors import AnsibleActionFail
     with pytest.raises(AnsibleActionFail, match="state must be one of"):
         act(dict(state="_record"))
+
+
+# ------------------------------------------------------------------ the canary analysis's plan
+
+def test_the_analysis_settings_are_checked_first(tmp_path, shown):
+    run = start(tmp_path, analysis={"rounds": "4", "thresholds": {"max_throughput_drop": "3%"}})
+    assert run["analysis"]["enabled"] is True and run["analysis"]["rounds"] == 4
+    for bad, message in (({"on_inconclusive": "ignore"}, "rollout_analysis_on_inconclusive must be stop or continue"),
+                         ({"rounds": 1}, "rollout_analysis_rounds"),
+                         ({"thresholds": {"max_nonsense": 1}}, "rollout_analysis"),
+                         ({"enabled": "maybe"}, "rollout_analysis must be true or false")):
+        result = start(tmp_path, analysis=bad)
+        assert result["failed"] and message in result["msg"], (bad, result)
+
+
+def test_the_canary_is_compared_with_the_first_host_of_a_later_batch_still_on_the_previous_settings(
+        tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2", "gpu-3"], batches=[1])
+    drifts = dict((host, {"active_state": "active"}) for host in ("gpu-1", "gpu-2", "gpu-3"))
+    out = prepared(monkeypatch, run, drifts, workers=list(URL.values()))
+    analysis = out["run"]["analysis"]
+    assert analysis["canary"] == "gpu-1" and analysis["baseline"] == "gpu-2" and analysis["baseline_url"] == URL["gpu-2"]
+    assert any("gpu-1 will be compared with gpu-2" in line for line in shown)
+    # one batch for every host: nothing left on the previous settings - said, and skipped
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2"], batches=["100%"])
+    out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {}}, workers=list(URL.values()))
+    assert out["run"]["analysis"]["enabled"] is False
+    assert "no host of a later batch still serves the previous settings" in out["run"]["analysis"]["note"]
+    # a baseline that is no such host is refused before anything
+    run = start(tmp_path, hosts=["gpu-1", "gpu-2"], batches=[1], analysis={"baseline": "gpu-1"})
+    out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {}}, workers=list(URL.values()))
+    assert out["failed"] and "rollout_analysis_baseline gpu-1 is not a host of a later batch" in out["msg"]
+
+
+def test_an_isolated_analysis_counts_the_baseline_out_with_the_canarys_batch(monkeypatch, shown):
+    analysis = {"isolate": True, "canary": "gpu-1", "baseline_url": URL["gpu-2"]}
+    out, seen = capacity(monkeypatch, [list(URL.values())], {}, min_healthy=3, batch=["gpu-1"], analysis=analysis)
+    assert out["failed"] and "leave 2 healthy worker" in out["msg"], out  # 4 workers, canary and baseline out
+    out, seen = capacity(monkeypatch, [list(URL.values())], {}, min_healthy=3, batch=["gpu-2"], analysis=analysis)
+    assert not out.get("failed"), out

@@ -110,8 +110,8 @@ HOLDER = {"kind": "rollout", "run_id": "r1", "session": "s1", "controller": "c",
 
 
 def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080", monkeypatch=None, listed=False,
-        settings=None, prepared=None, drain_url="http://gpu-1:30000", **extra):
-    run = dict(start_run(tmp_path), holder=HOLDER, digests={HOST: "d1"})
+        settings=None, prepared=None, drain_url="http://gpu-1:30000", analysis=None, hostvars=None, **extra):
+    run = dict(start_run(tmp_path), holder=HOLDER, digests={HOST: "d1"}, analysis=analysis or {})
     args = dict(run=run, lease={"lease": {"generation": 7}}, plan={"drain_url": drain_url if router_url else None},
                 router={"url": router_url, "worker_url": "http://gpu-1:30000", "rejoin_retries": 1})
     args.update(extra)
@@ -123,7 +123,7 @@ def act(tmp_path, host, router, the_drift=None, router_url="http://router:30080"
     the_drift = the_drift or drift()
     the_drift = dict(the_drift, prepared=dict(PREPARED, **dict(the_drift.get("prepared") or {}, **(prepared or {}))))
     task_vars = dict(SETTINGS, **(settings or {}))
-    task_vars.update(inventory_hostname=HOST, sglang_drift=the_drift)
+    task_vars.update(inventory_hostname=HOST, sglang_drift=the_drift, hostvars=hostvars or {})
     result = action.run(task_vars=task_vars)
     record = json.loads((tmp_path / "r1" / ("%s.json" % HOST)).read_text())
     return result, record
@@ -576,3 +576,97 @@ def test_a_lease_taken_over_mid_change_is_neither_reverted_nor_put_back(tmp_path
     assert "sglang_unit_files" not in host.names() and "systemd_service" not in host.names(), host.names()
     assert record["status"] == "failed" and record["reverted"] is False and record["in_router"] is False
     assert "its lease was taken over by another writer" in record["outcome"], record
+
+
+# ------------------------------------------------------------------ the canary analysis
+
+ANALYSIS = {"enabled": True, "canary": HOST, "baseline": "gpu-2", "baseline_url": "http://gpu-2:30000",
+            "isolate": False, "on_inconclusive": "stop", "workload": {"num_prompts": 4}, "thresholds": {}, "rounds": 4}
+
+
+class FakeAnalysis(object):
+    """_canary.Analysis scripted: records the parameters, answers a verdict."""
+    seen = []
+
+    def __init__(self, verdict):
+        self.verdict = verdict
+
+    def __call__(self, params, progress=None):
+        FakeAnalysis.seen.append(params)
+        return self
+
+    def run(self):
+        return {"verdict": self.verdict, "message": "%s: TPOT p50 +29.9%%" % self.verdict, "metrics": [],
+                "baseline": {"name": "gpu-2"}}
+
+
+def analysed(monkeypatch, verdict):
+    FakeAnalysis.seen = []
+    monkeypatch.setattr(action_mod.Analysis, "prepare", FakeAnalysis(verdict))
+
+
+def test_the_canary_that_passes_its_analysis_is_kept_and_the_record_says_against_whom(tmp_path, shown, monkeypatch):
+    analysed(monkeypatch, "pass")
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, analysis=ANALYSIS,
+                         hostvars={"gpu-2": {"sglang_api_key": "k2"}})
+    params = FakeAnalysis.seen[0]
+    assert params["canary"]["url"] == "http://gpu-1:30000" and params["baseline"] == {
+        "name": "gpu-2", "url": "http://gpu-2:30000", "api_key": "k2"}
+    assert params["rounds"] == 4 and params["router_url"] == "http://router:30080"
+    assert router.calls == ["absent", "present"]  # compared while both serve (not isolated)
+    assert record["status"] == "updated" and record["analysis"]["verdict"] == "pass" and record["last_good_saved"]
+    assert ("sglang_last_good", "saved") in [(n, a.get("state")) for n, a in host.calls]
+
+
+def test_a_canary_slower_than_its_baseline_leaves_the_router_is_reverted_and_stops_the_rollout(
+        tmp_path, shown, monkeypatch):
+    analysed(monkeypatch, "regression")
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS, dict(PASS, invocation_id="cccc")],
+                sglang_info=[{"invocation_id": NEW}], sglang_last_good=[{"changed": True, "record": {"intent": INTENT}}],
+                systemd_service=[{"changed": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch, analysis=ANALYSIS)
+    assert result["failed"] and result["failed_step"] == action_mod.ANALYSIS
+    # in, then out again for the revert, then back once the reverted process is verified
+    assert router.calls == ["absent", "present", "absent", "present"], router.calls
+    assert record["status"] == "reverted" and record["analysis"]["verdict"] == "regression", record
+    assert "TPOT p50 +29.9%" in record["message"] and record["continue_rollout"] is False
+    states = [a.get("state") for n, a in host.calls if n == "sglang_last_good"]
+    assert "saved" not in states and "restored" in states  # the slower unit never became last-known-good
+
+
+def test_an_inconclusive_analysis_holds_the_rollout_and_keeps_nothing(tmp_path, shown, monkeypatch):
+    analysed(monkeypatch, "inconclusive")
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch, analysis=ANALYSIS)
+    assert record["status"] == "updated, analysis inconclusive" and record["continue_rollout"] is False
+    assert "sglang_last_good" not in host.names() and record["last_good_saved"] is False
+    # with on_inconclusive continue it goes on and keeps the unit
+    analysed(monkeypatch, "inconclusive")
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch,
+                         analysis=dict(ANALYSIS, on_inconclusive="continue"))
+    assert record["status"] == "updated" and record["last_good_saved"] is True
+
+
+def test_isolated_the_canary_is_compared_before_it_rejoins_and_the_baseline_leaves_and_comes_back(
+        tmp_path, shown, monkeypatch):
+    analysed(monkeypatch, "pass")
+    calls = []
+
+    def router(values, check_mode):
+        calls.append((values["state"], values["worker_url"]))
+        return {"changed": True, "workers": [], "drain_seconds": 0.1}
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    act(tmp_path, host, router, monkeypatch=monkeypatch, analysis=dict(ANALYSIS, isolate=True))
+    assert calls == [("absent", "http://gpu-1:30000"), ("absent", "http://gpu-2:30000"),
+                     ("present", "http://gpu-2:30000"), ("present", "http://gpu-1:30000")], calls
+
+
+def test_only_the_canary_is_analysed(tmp_path, shown, monkeypatch):
+    analysed(monkeypatch, "regression")
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch, analysis=dict(ANALYSIS, canary="gpu-9"))
+    assert not result.get("failed") and FakeAnalysis.seen == [] and "analysis" not in record
