@@ -73,10 +73,11 @@ class Job:
         return self
 
     def kill(self) -> None:
-        """The job's container killed: SIGKILL to the namespace's first process (and the unshare). The test
-        keeps a reference to the dead namespace, as the container runtime does until it removes the container,
-        so no later job's namespace gets its number: a later job here is as unable to tell the killed job
-        dead as a job on another node is."""
+        """The job's container killed: SIGKILL to the namespace's first process (and the unshare). The test keeps
+        a reference to the dead namespace so that no later job's namespace gets its number (the kernel reuses
+        them): a later job then sees what a job on another node sees - a holder it cannot tell dead, until its
+        lease expires. (A later job that did get the number would rightly resume at once: the holder's
+        namespace, and so the holder, is gone.)"""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         first = children.read_text().split() if children.exists() else []
         for pid in first:
