@@ -52,6 +52,7 @@ class Job:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
                                      env=dict(env, PATH=f"{BIN}:{os.environ['PATH']}"))
         self.started = time.monotonic()
+        self.namespace = None  # an open reference to the killed job's PID namespace (see kill)
 
     @property
     def artifacts(self) -> Path:
@@ -72,10 +73,18 @@ class Job:
         return self
 
     def kill(self) -> None:
-        """The job's container killed: SIGKILL to the namespace's first process (and the unshare)."""
+        """The job's container killed: SIGKILL to the namespace's first process (and the unshare). The test keeps
+        a reference to the dead namespace so that no later job's namespace gets its number (the kernel reuses
+        them): a later job then sees what a job on another node sees - a holder it cannot tell dead, until its
+        lease expires. (A later job that did get the number would rightly resume at once: the holder's
+        namespace, and so the holder, is gone.)"""
         children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
         first = children.read_text().split() if children.exists() else []
         for pid in first:
+            try:
+                self.namespace = os.open(f"/proc/{pid}/ns/pid", os.O_RDONLY)
+            except OSError:
+                pass
             os.kill(int(pid), signal.SIGKILL)
         if self.proc.poll() is None:
             self.proc.kill()
@@ -114,6 +123,8 @@ def jobs(tmp_path):
     for job in started:
         if job.proc.poll() is None:
             job.kill()
+        if job.namespace is not None:
+            os.close(job.namespace)
         subprocess.run(["sh", "-c", f"for s in /tmp/gpf-awx-{job.ident}/*; do ssh -O exit -o ControlPath=$s x; "
                                     f"done 2>/dev/null; rm -rf /tmp/gpf-awx-{job.ident}"], check=False)
 
