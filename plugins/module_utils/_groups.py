@@ -168,9 +168,9 @@ def _flag_value(extra, flags):
 
 # ---------------------------------------------------------------------------- membership
 
-def _membership(hostvars, errors):
+def _membership(hostvars, errors, inventory_groups=None):
     """{group name: (defined_by, [hosts])} and the hosts that carry a rank."""
-    known_groups = set()
+    known_groups = set(inventory_groups or ())
     for variables in hostvars.values():
         known_groups.update(variables.get("group_names") or ())
     members = {}
@@ -330,14 +330,16 @@ def _timeout(head, variables, errors):
 
 # ---------------------------------------------------------------------------- public API
 
-def serving_groups(hostvars):
+def serving_groups(hostvars, inventory_groups=None):
     """{group name: ServingGroup} from every host's variables; raise GroupError before any change.
 
     ``hostvars``: inventory hostname -> that host's variables (``group_names`` included). Give it
-    every host of the inventory, not only the play's: a group is judged whole.
+    every host of the groups judged, not only the play's: a group is judged whole. ``inventory_groups``:
+    the names of every inventory group (a group named in ``sglang_serving_groups`` is checked against
+    them), when ``hostvars`` holds only some hosts.
     """
     errors = []
-    members = _membership(hostvars, errors)
+    members = _membership(hostvars, errors, inventory_groups)
     groups = {}
     for name in sorted(members):
         defined_by, hosts = members[name]

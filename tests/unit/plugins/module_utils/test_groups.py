@@ -301,3 +301,12 @@ def test_the_example_inventory_has_one_valid_two_node_group():
         "--dist-timeout", "900"]
     assert [h for h in hostvars if router_worker(groups, h)] == [
         h for h in hostvars if h != "gpu-c02.example.internal"]
+
+
+def test_a_group_judged_among_some_hosts_knows_every_inventory_group_it_is_told_of():
+    some = dict((name, variables) for name, variables in fleet().items() if name.startswith("b-"))
+    some["b-head"]["sglang_serving_groups"] = ["k26_b", "k26_elsewhere"]
+    with pytest.raises(GroupError, match="names 'k26_elsewhere', which is no inventory group"):
+        serving_groups(some)
+    groups = serving_groups(some, inventory_groups=["gpu", "k26_b", "k26_elsewhere"])
+    assert list(groups) == ["k26_b"]
