@@ -81,7 +81,8 @@ def wait_args(settings, url, intent, after=None, api_key=None, api_key_file=None
     args = dict(unit=settings["sglang_unit_name"], url=url, expect=intent.get("expect") or {},
                 config_line=intent.get("config_line"), command=intent.get("command"),
                 environment=intent.get("environment"), after_invocation=after,
-                api_key=None if api_key_file else api_key, api_key_file=api_key_file)
+                api_key=None if api_key_file else api_key, api_key_file=api_key_file,
+                follower=True if intent.get("follower") else None)
     for name, variable in _WAIT_SETTINGS:
         args[name] = settings.get(variable)
     return dict((key, value) for key, value in args.items() if value not in (None, ""))

@@ -92,6 +92,13 @@ def compared_text(intent, evidence_source, lines_compared, command_checked, envi
     return "compared " + "; ".join(parts)
 
 
+def follower_passed(unit, invocation_id, compared, min_ready_seconds):
+    """A follower node of a serving group passed: what its own evidence shows (it serves nothing to probe)."""
+    settle = " and stayed up for min_ready_seconds %.0f since" % min_ready_seconds if min_ready_seconds > 0 else ""
+    return ("%s: invocation %s joined its serving group as a follower node (its journal: every local scheduler "
+            "ready%s; %s; the head's /generate is the group's)" % (unit, invocation_id, settle, compared))
+
+
 def unverified_message(unit, invocation_id, reason, intent):
     return ("%s: invocation %s answers /generate, but there is no evidence that it runs the intended settings "
             "(%s): %s. Its config line was needed for %s. /server_info only echoes the parsed arguments and does not "
