@@ -25,6 +25,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from ansible_collections.gpufleet.inference.plugins.module_utils._process import command_differences
+
 GROUP_VARIABLE = "sglang_serving_group"
 GROUPS_VARIABLE = "sglang_serving_groups"
 RANK_VARIABLE = "sglang_node_rank"
@@ -37,6 +39,8 @@ DEFAULT_DIST_INIT_PORT = 50000
 # address, and what only the head's value means (how a router reaches the server, where the
 # other nodes reach the head).
 NODE_VARIABLES = frozenset({RANK_VARIABLE, "sglang_host", "sglang_router_worker_url", HOST_VARIABLE})
+# What a node's command line has of its own: its rank and its bind address (sglang_host); the rest is the group's.
+NODE_FLAGS = ("--node-rank", "--host")
 # The flags a group sets on every node (with SGLang's alias): sglang_extra_args must not.
 GROUP_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--dist-timeout")
 # SGLang's own defaults, for a variable the inventory leaves unset.
@@ -425,3 +429,25 @@ def router_worker(groups, host):
     """True when ``host`` serves HTTP, i.e. belongs in a router: a single-node host or a group's head."""
     group = group_of(groups, host)
     return group is None or group.head == host
+
+
+def _without_node_flags(argv):
+    words, skip = [], False
+    for word in argv or []:
+        if skip:
+            skip = False
+            continue
+        if word in NODE_FLAGS:
+            skip = True
+            continue
+        if any(word.startswith(flag + "=") for flag in NODE_FLAGS):
+            continue
+        words.append(word)
+    return words
+
+
+def node_differences(head_argv, node_argv):
+    """What a node runs other than its head (both running command lines), its own flags (NODE_FLAGS) aside:
+    [{key, expected (the head's), observed (the node's)}]; a group runs one server, so any is drift."""
+    differences, dummy = command_differences(_without_node_flags(head_argv), _without_node_flags(node_argv))
+    return differences
