@@ -198,7 +198,8 @@ class GroupPath(object):
 
     def head_failure(self, result, watch):
         """The head's failed wait as the group's: a follower that died meanwhile is the cause, named first; a head
-        that timed out names the followers that have not joined."""
+        that timed out (or died: SGLang ends it when --dist-timeout runs out) names the followers that have not
+        joined."""
         seen = watch.look(fail=False) if watch.pending else watch.seen
         for host in self.followers:
             answer = seen.get(host) or {}
@@ -207,7 +208,8 @@ class GroupPath(object):
                     self.name, host, self.rank(host), answer.get("msg"), self.head_host, result.get("msg")))
         missing = [(host, self.rank(host), _where(seen.get(host))) for host in self.followers
                    if (seen.get(host) or {}).get("verdict") != "pass"]
-        if result.get("verdict") == "timeout" and missing:
+        # a head that timed out, or that SGLang ended when --dist-timeout ran out, waited for these ranks
+        if result.get("verdict") in ("timeout", "died", "crash_loop") and missing:
             return dict(result, node=missing[0][0], msg=msgs.group_not_joined(
                 self.name, self.head_host, missing, result.get("msg")))
         return dict(result, node=self.head_host, msg=msgs.group_head_failed(self.name, self.head_host,

@@ -163,6 +163,16 @@ def test_a_head_that_times_out_names_the_rank_that_never_joined_and_where_it_wai
     assert "Its head: timed out after 30.0s" in failure["msg"]
 
 
+def test_a_head_that_sglang_ended_at_its_dist_timeout_names_the_rank_that_never_joined():
+    died = {"verdict": "crash_loop", "failed": True, "msg": "sglang.service: invocation h exited: Cause: "
+            "torch.distributed.DistStoreError: Timed out after 61 seconds waiting for clients. 1/2 clients joined."}
+    path, log = group(head={"waits": [died]}, follower={"sglang_ready": [dict(WAITING, phase="starting")]})
+    with pytest.raises(hp.StepFailed) as caught:
+        path.apply()
+    assert "waited for rank 1 (gpu-c02), which has not joined the group" in caught.value.result["msg"]
+    assert "1/2 clients joined" in caught.value.result["msg"]
+
+
 def test_a_head_that_fails_on_its_own_is_named():
     mismatch = {"verdict": "mismatch", "failed": True, "msg": "sglang.service runs other settings than intended"}
     path, log = group(head={"waits": [mismatch]}, follower={"sglang_ready": [WAITING]})
