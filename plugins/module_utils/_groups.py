@@ -9,7 +9,7 @@ else is derived, never typed twice: the number of nodes, the head (rank 0), the 
 nodes rendezvous at (the head's ``sglang_dist_init_host``, else its ``sglang_host`` when other hosts
 can reach it, else its ``ansible_host``) and the port (``sglang_dist_init_port``, default 50000).
 
-What SGLang does with a group decides the helpers (docs/multinode.md, measured on the simulator
+What SGLang does with a group decides the helpers (the guide's multi-node page, measured on the simulator
 and read in SGLang 0.5.11-0.5.23): only the head serves HTTP and is a router worker; a follower's
 scheduler that dies takes the head down, and a follower's main process ignores SIGTERM (0.5.21+)
 until the head's shutdown reaches it, so a group stops head first and starts all at once.
