@@ -53,8 +53,8 @@ def group_report(group, nodes, accept_unverified=False):
     parts = [host_line(nodes[host]) if host in nodes else "%s: NOT CHECKED (not in this run)" % host for host in hosts]
     by_node = {}
     for item in differences:
-        by_node.setdefault(item["host"], []).append("%s: head %s, node %s" % (item["key"], item["expected"],
-                                                                           item["observed"]))
+        text = "%s: head %s, node %s" % (item["key"], item["expected"], item["observed"])
+        by_node.setdefault(item["host"], []).append(text)
     parts += ["%s (rank %s) runs other arguments than its head %s: %s" % (host, ranks.get(host), head, "; ".join(found))
               for host, found in sorted(by_node.items())]
     status = "in sync" if in_sync else "DRIFTED" if differences or any(

@@ -212,8 +212,8 @@ class GroupPath(object):
         if result.get("verdict") in ("timeout", "died", "crash_loop") and missing:
             return dict(result, node=missing[0][0], msg=msgs.group_not_joined(
                 self.name, self.head_host, missing, result.get("msg")))
-        return dict(result, node=self.head_host, msg=msgs.group_head_failed(self.name, self.head_host,
-                                                                           result.get("msg")))
+        message = msgs.group_head_failed(self.name, self.head_host, result.get("msg"))
+        return dict(result, node=self.head_host, msg=message)
 
     # ------------------------------------------------------------------ last-known-good, revert
 

@@ -69,8 +69,8 @@ def node_action(action, task_vars, host):
     variables = node_variables(task_vars, host)
     templar = action._templar.copy_with_new_env(available_variables=variables)
     connection_type = templar.template(variables.get("ansible_connection") or action._task.connection or "ssh")
-    play_context = action._play_context.set_task_and_variable_override(task=action._task, variables=variables,
-                                                                         templar=templar)
+    play_context = action._play_context.set_task_and_variable_override(
+        task=action._task, variables=variables, templar=templar)
     loader = action._shared_loader_obj
     connection = loader.connection_loader.get(connection_type, play_context, None, task_uuid=action._task._uuid,
                                               ansible_playbook_pid=str(os.getppid()))

@@ -571,8 +571,8 @@ def test_a_nodes_unit_runs_its_flags_with_kill_mode_mixed_and_a_single_server_co
     assert "--node-rank" not in single and "KillMode=control-group" in single
 
 
-@pytest.mark.parametrize("node, rank, follower", [(None, None, False), ([], None, False), (HEAD, 0, False),
-                                                   (FOLLOWER, 1, True)])
+@pytest.mark.parametrize("node, rank, follower", [
+    (None, None, False), ([], None, False), (HEAD, 0, False), (FOLLOWER, 1, True)])
 def test_a_nodes_rank_and_whether_it_follows(node, rank, follower):
     assert _args.node_rank(node) == rank and _args.is_follower(node) is follower
 

@@ -722,9 +722,10 @@ FOLLOWER_STARTUP = ["[2026-11-29 10:00:00] server_args={'nnodes': 2, 'node_rank'
 FOLLOWER_COMMAND = COMMAND + ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.1.11:50000"]
 
 
-def follower_journal(start=2.0, lines=FOLLOWER_STARTUP, step=0.4):
-    """The follower's lines, each with journald's own timestamp (the host's wall clock)."""
+def follower_journal(start=2.0, lines=None, step=0.4):
+    """The follower's lines (FOLLOWER_STARTUP unless given), each with journald's own timestamp (the host's clock)."""
     from fakes import WALL0
+    lines = FOLLOWER_STARTUP if lines is None else lines
     return [(start + index * step, entry(line, __REALTIME_TIMESTAMP=str(int((WALL0 + start + index * step) * 1e6))))
             for index, line in enumerate(lines)]
 
