@@ -12,11 +12,12 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/$(COLL_DIR)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: help venv system-deps link lab-up lab-down lab-status demo test test-unit test-functional sanity lint \
+.PHONY: help venv system-deps link lab-up lab-down lab-status demo demo-multinode test test-unit test-functional sanity lint \
         test-integration molecule build ee docs verdict-examples golden test-docs bench clean
 
 help:
 	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
+	@echo "make demo-multinode   the lab as 2 serving groups of 2 nodes and 2 single hosts, rolled with groups counted as one"
 	@echo "make test             every test layer (unit, functional, docs, sanity, lint, core-range, integration, molecule)"
 	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | docs | verdict-examples | golden | bench"
 	@echo "make test-unit | test-functional | test-docs | sanity | lint | test-integration | molecule"
@@ -54,6 +55,17 @@ lab-status:
 demo: ROUTER := 1
 demo: lab-up
 	$(BIN)/ansible-playbook -i inventories/lab/hosts.yml playbooks/rollout.yml
+
+# A mixed fleet: 2 multi-node serving groups (2 hosts each, one SGLang server per group) and 2 single-node hosts behind
+# a real sglang-router. The fleet is brought to the lab's settings at once, then a change (draft window 4096) is rolled
+# in batches of [1, 2] servers with half of them kept serving: the canary is a group, and each group is one member of
+# its batch and one server of the capacity guard (docs: multi-node serving groups).
+demo-multinode: system-deps venv link
+	$(PY) tests/lab/lab.py up --hosts 6 --router --groups 2x2
+	$(BIN)/ansible-playbook -i $${LAB_INVENTORY:-inventories/lab/hosts.yml} playbooks/rollout.yml \
+	  -e '{"rollout_batches": ["100%"]}'
+	$(BIN)/ansible-playbook -i $${LAB_INVENTORY:-inventories/lab/hosts.yml} playbooks/rollout.yml \
+	  -e '{"sglang_speculative_draft_window_size": 4096, "rollout_batches": [1, 2], "rollout_min_healthy": "50%"}'
 
 build: venv
 	rm -rf .build/dist && mkdir -p .build/dist

@@ -28,6 +28,11 @@ INTEGRATION_LAB = {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4", "L
                    "LAB_INVENTORY": str(REPO / ".build" / "integration" / "hosts.yml")}
 MOLECULE_LAB = {"LAB_NAME": "gpfmol", "LAB_NET": "127.0.3", "HOSTS": "2",
                 "LAB_INVENTORY": str(REPO / ".build" / "molecule" / "hosts.yml")}
+# Multi-node serving groups need hosts laid out as groups (2 groups x 2 nodes, 2 single hosts): a lab of their own,
+# so the other lab tests keep their single-node hosts.
+GROUPS_LAB = {"LAB_NAME": "gpftgrp", "LAB_NET": "127.0.6", "HOSTS": "6", "LAB_ROUTER": "1", "LAB_GROUPS": "2x2",
+              "LAB_INVENTORY": str(REPO / ".build" / "integration-groups" / "hosts.yml")}
+GROUPS_TESTS = "tests/integration/test_groups.py"
 
 
 class Outcome:
@@ -197,10 +202,16 @@ def with_lab(settings: dict, body) -> Outcome:
 
 def layer_integration() -> Outcome:
     def integration(env):
-        return pytest_layer("integration", ["tests/integration"],
+        return pytest_layer("integration", ["tests/integration", "--ignore", GROUPS_TESTS],
                             {k: env[k] for k in INTEGRATION_LAB} | {
                                 "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
-    return with_lab(INTEGRATION_LAB, integration)
+
+    def serving_groups(env):
+        return pytest_layer("integration-groups", [GROUPS_TESTS], {k: env[k] for k in GROUPS_LAB} | {
+            "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
+    parts = [with_lab(INTEGRATION_LAB, integration), with_lab(GROUPS_LAB, serving_groups)]
+    return Outcome("integration", sum(part.passed for part in parts), sum(part.failed for part in parts),
+                   sum(part.skipped for part in parts), "; ".join(part.note for part in parts if part.note))
 
 
 def layer_molecule() -> Outcome:

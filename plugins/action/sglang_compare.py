@@ -21,9 +21,11 @@ from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+from ansible_collections.gpufleet.inference.plugins.module_utils import _groups
 from ansible_collections.gpufleet.inference.plugins.module_utils import _preflight
 from ansible_collections.gpufleet.inference.plugins.module_utils._fleet import intent_digest
 from ansible_collections.gpufleet.inference.plugins.module_utils._host import COMMAND_ENV
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _serving
 
 DRIFT_MODULE = "gpufleet.inference.sglang_drift"
 PREFLIGHT_MODULE = "gpufleet.inference.sglang_preflight"
@@ -90,13 +92,18 @@ class ActionModule(ActionBase):
         settings = dict((name, values[name]) for name in _args.SETTINGS)
         host = task_vars.get("inventory_hostname")
 
-        # 1. What the argument spec cannot check (nothing is asked of the host before they are valid).
+        # 1. What the argument spec cannot check (nothing is asked of the host before they are valid), and the
+        #    serving group the host is a node of (judged whole, with the variables of its other nodes).
         try:
             _args.validate(settings)
-        except _args.SettingsError as exc:
-            result.update(failed=True, msg="%s: %s (nothing on the host was asked or changed)" % (host, exc),
+            groups = _serving.groups_of_host(task_vars)
+        except (_args.SettingsError, _groups.GroupError) as exc:
+            what = "serving group: " if isinstance(exc, _groups.GroupError) else ""
+            result.update(failed=True, msg="%s: %s%s (nothing on the host was asked or changed)" % (host, what, exc),
                           step="validate")
             return result
+        group = _groups.group_of(groups, host)
+        node = _groups.node_args(groups, host)
 
         # 2. The host's SGLang version (package metadata; SGLang is not imported), unless it is given.
         version = str(values["sglang_version"] or "").strip()
@@ -111,11 +118,11 @@ class ActionModule(ActionBase):
 
         # 3. What the host must run: intent, /server_info, the unit and journald files, where it answers.
         try:
-            intent = _args.build_intent(settings, version)
-            server_info = _args.intended_server_info(settings, version)
+            intent = _args.build_intent(settings, version, node)
+            server_info = _args.intended_server_info(settings, version, node)
             endpoint = _args.server_endpoints(settings["sglang_host"], settings["sglang_port"],
                                               task_vars.get("ansible_host") or host, settings["sglang_extra_args"])
-            unit_text = _args.render_unit(settings, version, self._managed(task_vars))
+            unit_text = _args.render_unit(settings, version, self._managed(task_vars), node)
         except (_args.SettingsError, TypeError, ValueError) as exc:
             result.update(failed=True, msg="%s: %s" % (host, exc), step="intent", version=version)
             return result
@@ -134,7 +141,9 @@ class ActionModule(ActionBase):
                         group="root", restart_on_change=False)],
             secret_files=_args.secret_files(settings), expect=intent["expect"], config_line=intent["config_line"],
             command=intent["command"], environment=intent["environment"], server_info=server_info,
-            prompt=values["sglang_probe_prompt"], max_new_tokens=values["sglang_probe_max_new_tokens"])
+            prompt=values["sglang_probe_prompt"], max_new_tokens=values["sglang_probe_max_new_tokens"],
+            # a follower serves nothing to probe: its head's /generate is the group's
+            probe=not intent.get("follower"))
         if settings.get("sglang_api_key"):
             drift_args["api_key"] = settings["sglang_api_key"]
         drift = self._module(DRIFT_MODULE, drift_args, task_vars)
@@ -144,6 +153,9 @@ class ActionModule(ActionBase):
             version=version, version_source=(detected or {}).get("version_source") or "sglang_version",
             endpoint=endpoint, intent=intent, unit_text=unit_text, journald_text=journald_text, paths=paths,
             config_file=config, unit_files=[paths["unit"]] + ([config["path"]] if config else []))
+        if group is not None:
+            # the serving group this host is a node of: the rollout and the drift report treat it as one server
+            prepared["group"] = dict(group.to_dict(), rank=group.rank_of(host))
         prepared["digest"] = intent_digest(prepared)
         # where the host's lease and record are: a play without the role (a rollout's finish) reads them here
         prepared["lease"] = {"unit": values["sglang_unit_name"], "directory": values["sglang_fleet_dir"]}

@@ -106,8 +106,26 @@ class ActionModule(ActionBase):
 
     # ------------------------------------------------------------------ states
 
+    @staticmethod
+    def _whole_group(path, task_vars):
+        """A node of a serving group changes only with every node of its group in the play: its nodes restart
+        together (a node restarted alone takes the group's server down, or hangs in its stop until the unit's
+        TimeoutStopSec); the rollout changes a group in SGLang's order."""
+        group = path.prepared.get("group")
+        if not group or not (path.drift.get("changed_files") or path.restart_pending() or path.not_running()):
+            return
+        nodes = [group.get("head")] + list(group.get("followers") or [])
+        missing = [host for host in nodes if host not in (task_vars.get("ansible_play_hosts_all") or nodes)]
+        if missing:
+            raise hp.StepFailed(hp.INSTALL, {"failed": True, "msg": (
+                "%s must change, and it is a node of serving group %s, whose nodes restart together: %s %s not in "
+                "this play. Include every node of the group (or roll it out with gpufleet.inference.rollout). "
+                "Nothing changed." % (path.host, group.get("name"), ", ".join(missing),
+                                      "is" if len(missing) == 1 else "are"))})
+
     def _installed(self, path, task_vars):
         """What differs, installed; changed (and the handler notified) when a restart is due."""
+        self._whole_group(path, task_vars)
         if path.drift.get("changed_files") or path.restart_pending() or path.not_running():
             self._hold(path, "applying")
         if path.drift.get("changed_files") or path.restart_pending():

@@ -24,12 +24,14 @@ from ansible.utils.display import Display
 from ansible_collections.gpufleet.inference.plugins.module_utils import _bench, _canary_judge
 from ansible_collections.gpufleet.inference.plugins.module_utils import _fleet
 from ansible_collections.gpufleet.inference.plugins.module_utils._canary import DEFAULT_ROUNDS
+from ansible_collections.gpufleet.inference.plugins.module_utils import _groups
 from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate, generate_verdict
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _serving
 
 display = Display()
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
@@ -63,6 +65,8 @@ class ActionModule(ActionBase):
             result.update(getattr(self, "_" + state)(args, task_vars or {}))
         except (ro.RolloutError, _fleet.PlanError) as exc:
             result.update(failed=True, msg=str(exc))
+        except _groups.GroupError as exc:
+            result.update(failed=True, msg="%s. Nothing was compared or changed." % exc)
         result.setdefault("changed", False)
         return result
 
@@ -79,6 +83,7 @@ class ActionModule(ActionBase):
             raise ro.RolloutError("rollout_capacity_wait must be a number of seconds")
         hosts = sorted(args.get("hosts") or [])
         group = sorted(set(args.get("group") or []) | set(hosts))
+        servers = self._servers(task_vars, hosts, group, args.get("group") or [])
         requested = ro.check_run_id(str(args["run_id"])) if args.get("run_id") else None
         lease_seconds = ro.parse_seconds(args.get("lease_seconds", 300), "sglang_lease_seconds", minimum=10)
         timeouts = dict((name, ro.parse_seconds(value, "batch_timeouts.%s" % name))
@@ -93,6 +98,7 @@ class ActionModule(ActionBase):
         return dict(run_id=run_id, run_dir=os.path.join(root, run_id), results_dir=root, check_mode=check_mode,
                     analysis=analysis,
                     batches=batches, min_healthy=min_healthy, capacity_wait=capacity_wait, hosts=hosts, group=group,
+                    servers=servers,
                     requested=requested, takeover=bool(args.get("takeover")), break_lease=bool(args.get("break_lease")),
                     holder=holder, lease_seconds=lease_seconds, pending_lease_seconds=lease_seconds + batch_seconds)
 
@@ -115,6 +121,16 @@ class ActionModule(ActionBase):
         return {"enabled": enabled, "isolate": bool(given.get("isolate")), "on_inconclusive": on_inconclusive,
                 "workload": workload, "thresholds": thresholds, "rounds": rounds,
                 "baseline": str(given.get("baseline") or "") or None}
+
+    @staticmethod
+    def _servers(task_vars, hosts, group, pattern):
+        """The group's servers (a single-node host, or a serving group's head: what a router lists), after checking
+        that neither the run (--limit) nor rollout_hosts takes part of a serving group: changing part of one takes
+        its whole server down. Raises GroupError naming the group, before anything is asked of a host."""
+        groups = _serving.groups_of_hosts(task_vars, group)
+        _groups.check_whole(groups, pattern, "rollout_hosts")
+        _groups.check_whole(groups, hosts, "this run (--limit)")
+        return [host for host in group if _groups.router_worker(groups, host)]
 
     # ------------------------------------------------------------------ record (a prepare-phase failure)
 
@@ -160,14 +176,16 @@ class ActionModule(ActionBase):
             prepared = drift["prepared"]
             record = drift.get("record") or {}
             listed = None
-            if workers is not None:
+            follower = (prepared.get("group") or {}).get("rank", 0) > 0  # a serving group's node that serves no HTTP
+            if workers is not None and not follower:
                 listed = _fleet.router_url_of(workers, (prepared.get("endpoint") or {}).get("worker_url"),
                                               record.get("worker_url"), addresses_of(hostvars, host))
             lease = dict(drift.get("lease") or {})
             if lease.get("live"):
                 lease["gone"] = _holder.gone(lease)
             facts[host] = {"lease": lease, "record": record, "in_sync": drift.get("in_sync"),
-                           "digest": prepared.get("digest"), "listed": listed, "router": workers is not None,
+                           "digest": prepared.get("digest"), "listed": listed,
+                           "router": workers is not None and not follower,
                            "serving": drift.get("active_state") == "active",
                            "drift": drift}
         if failed or lost:
@@ -178,6 +196,9 @@ class ActionModule(ActionBase):
                        takeover=run.get("takeover"), break_lease=run.get("break_lease"),
                        outside=self._outside(args.get("outside")))
         planned = _fleet.plan(hosts, facts, request)
+        groups = dict((fact["drift"]["prepared"]["group"]["name"], fact["drift"]["prepared"]["group"])
+                      for fact in facts.values() if fact["drift"]["prepared"].get("group"))
+        _fleet.group_plan(planned["hosts"], groups)
         if planned["run_id"] != run["run_id"]:
             run.update(run_id=planned["run_id"], run_dir=os.path.join(run["results_dir"], planned["run_id"]))
             run["holder"] = dict(run["holder"], run_id=planned["run_id"])
@@ -195,13 +216,15 @@ class ActionModule(ActionBase):
         apply, records = [], {}
         for host in hosts:
             entry = planned["hosts"][host]
-            merged = ro.record_step(run, host, "prepared", dict(drift=facts[host]["drift"], router=workers is not None,
+            merged = ro.record_step(run, host, "prepared", dict(drift=facts[host]["drift"], router=facts[host]["router"],
                                                                 endpoint=(facts[host]["drift"]["prepared"] or {}).get(
                                                                     "endpoint"), plan=entry))
             records[host] = ro.host_record(merged, run, drained_by=entry.get("drained_by"),
                                            worker_url=entry.get("drain_url"))
-            if entry["action"] in ("apply", "recover") and not run.get("check_mode"):
-                apply.append(host)  # a check run's records say what would change; no host goes on
+            # a check run's records say what would change; no host goes on. A follower goes with its head.
+            if entry["action"] in ("apply", "recover") and not run.get("check_mode") and \
+                    entry.get("head") in (None, host):
+                apply.append(host)
         run["analysis"] = self._analysis_targets(run, apply, planned["hosts"], facts)
         if run["analysis"].get("note"):
             display.display("Canary analysis: %s" % run["analysis"]["note"])
@@ -346,8 +369,9 @@ class ActionModule(ActionBase):
         return ok, "answers /generate" if ok else "/generate: %s" % resp.describe()
 
     def _capacity(self, args, task_vars):
-        """The group (every host of the rollout's group, not only the play's) keeps min_healthy healthy workers
-        while this batch is out: membership from the router, health from a fresh /generate of each worker."""
+        """The group (every server of the rollout's group, not only the play's: a single-node host, or a serving
+        group's head, which serves for all its nodes) keeps min_healthy healthy workers while this batch is out:
+        membership from the router, health from a fresh /generate of each worker."""
         hostvars = task_vars.get("hostvars") or {}
         group = list(args.get("group") or [])
         leaving = [str(url).rstrip("/") for url in args.get("leaving") or [] if url]
@@ -386,7 +410,7 @@ class ActionModule(ActionBase):
                 absent = sorted(set(group) - set(members.values()))
                 raise ro.RolloutError(
                     "capacity guard: taking %s out of the router would leave %d healthy worker(s) of the group's %d "
-                    "host(s), below rollout_min_healthy %s (%d). Unhealthy (probed now): %s. Not in the router: %s. "
+                    "server(s) (a serving group counts once), below rollout_min_healthy %s (%d). Unhealthy (probed now): %s. Not in the router: %s. "
                     "Waited %.0fs (rollout_capacity_wait) for capacity to come back; nothing was changed in this "
                     "batch." % (", ".join(leaving) or "nothing", len(remaining), len(group), required_spec, required,
                                 "; ".join(unhealthy) or "none", ", ".join(absent) or "none" if problem is None

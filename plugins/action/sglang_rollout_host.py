@@ -12,6 +12,11 @@ stopped. Each step is recorded BEFORE it can leave the host worse.
 The host's steps are the collection's one host path (module_utils/_hostpath.py), the same the
 role's entry points and handler run; this action adds the router and the records around them.
 One task per host keeps a batch's critical path free of per-task overhead.
+
+The head of a multi-node serving group runs this task for its whole group (its followers are in no
+batch): the group's path (module_utils/_grouppath.py) over every node's host path, each follower
+reached from here (plugin_utils/_nodes.py); every node keeps its own lease, record and last-known-good,
+the group fails and reverts as one, and only the head is a router worker.
 Documentation: plugins/modules/sglang_rollout_host.py.
 """
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.inference.plugins.module_utils import _grouppath
 from ansible_collections.gpufleet.inference.plugins.module_utils import _hostpath as hp
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _records
@@ -36,6 +42,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._router import 
     worker_change,
 )
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
+from ansible_collections.gpufleet.inference.plugins.plugin_utils._nodes import NodeRunners
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._slices import ActionRunner, connection_lost
 
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
@@ -84,15 +91,36 @@ class ActionModule(ActionBase):
 
     def _record(self, step, drained_by=None, worker_url=None, on_host=True, **values):
         """One step in the controller's copy, then on the host (its record, with the lease renewed): a host
-        that cannot be reached, or whose lease was taken over, fails here - before the step's work."""
+        that cannot be reached, or whose lease was taken over, fails here - before the step's work. A serving
+        group's followers record the same step, each with its own share of the values."""
         values.update(router=self._use_router)
-        if on_host:
-            fields = ro.build_record(self._host, step, values, self._run)
-            # the drain renews nothing while it waits: the lease covers it
-            self._lease.hold(record=ro.host_record(fields, self._run, drained_by=drained_by, worker_url=worker_url),
-                             longer=self._router_args["drain_timeout"] if step == "draining" else 0)
-        self._state = ro.record_step(self._run, self._host, step, values)
+        nodes = [(self._host, self._lease, values, drained_by, worker_url)] + [
+            (host, lease, self._node_values(host, values), None, None) for host, (dummy, lease) in self._followers.items()]
+        for host, lease, node_values, out_by, url in nodes:
+            if on_host:
+                fields = ro.build_record(host, step, node_values, self._run)
+                # the drain renews nothing while it waits: the lease covers it
+                lease.hold(record=ro.host_record(fields, self._run, drained_by=out_by, worker_url=url),
+                           longer=self._router_args["drain_timeout"] if step == "draining" else 0)
+            state = ro.record_step(self._run, host, step, node_values)
+            if host == self._host:
+                self._state = state
         return self._state
+
+    def _node_values(self, host, values):
+        """A follower's share of a step's values: its own drift check, verification, revert and last-known-good;
+        nothing of the router (only its head is a router worker)."""
+        out = dict((key, value) for key, value in values.items() if key not in (
+            "drained", "rejoined_at", "left_out", "kept_out_of_router", "rejoined_after_revert"))
+        out["router"] = False
+        if "drift" in values:
+            out["drift"] = self._followers[host][0]
+        for key in ("verified", "revert"):
+            if values.get(key):
+                out[key] = (values[key].get("nodes") or {}).get(host) or {}
+        if "last_good" in values:
+            out["last_good"], out["last_good_error"] = self._unit.saved.get(host, (None, None))
+        return out
 
     def _router(self, state, worker_url=None, **extra):
         params = dict(router_url=self._router_args["url"], worker_url=worker_url or self._router_args["worker_url"],
@@ -142,6 +170,11 @@ class ActionModule(ActionBase):
         self._lease = hp.Lease(self._runner.run, settings, holder, time.monotonic)
         self._path = hp.HostPath(self._runner.run, self._runner.wait, settings, drift["prepared"], drift,
                                  say=self._runner.say, host=self._host, lease=self._lease)
+        self._unit = self._path  # what changes as one: this host, or the serving group it heads
+        self._followers = {}  # a group's follower -> (its drift, its lease)
+        self._node_runners = NodeRunners(self, task_vars, self._runner.progress, prefix=PREFIX)
+        if drift["prepared"].get("group"):
+            self._unit = self._group(drift["prepared"]["group"], settings, task_vars)
         self._plan = args.get("plan") or {}
         # The worker the router has for this host now (its current URL, which a port change makes differ from
         # the one it rejoins with); none when the router does not list it.
@@ -153,16 +186,42 @@ class ActionModule(ActionBase):
             outcome = self._critical_path(args, recovering="recovering" in before)
         except hp.StepFailed as failed:
             outcome = self._fail(failed)
+        finally:
+            self._node_runners.close()
         result.update(outcome)
-        result["changed"] = self._path.changed
+        result["changed"] = self._unit.changed
         return result
+
+    def _group(self, group, settings, task_vars):
+        """The serving group this host heads, every follower reached from here with its own drift check and lease
+        (the prepare phase's, from hostvars). Every node runs the same settings (_groups checked it)."""
+        if group.get("head") != self._host:
+            raise AnsibleActionFail("sglang_rollout_host: %s is a follower of serving group %s; its head %s rolls the "
+                                    "group out" % (self._host, group.get("name"), group.get("head")))
+        paths = {self._host: self._path}
+        hostvars = task_vars.get("hostvars") or {}
+        for host in group.get("followers") or []:
+            found = hostvars[host] if host in hostvars else {}
+            drift = self._templar.template(found.get("sglang_drift") or {})
+            taken = self._templar.template(found.get("rollout_lease") or {})
+            if not drift.get("prepared") or not (taken.get("lease") or {}).get("generation"):
+                raise AnsibleActionFail("sglang_rollout_host: %s (rank %s of serving group %s) has no drift check or "
+                                        "no lease of this run: its whole group must be in the run" % (
+                                            host, (group.get("ranks") or {}).get(host), group.get("name")))
+            runner = self._node_runners(host)
+            lease = hp.Lease(runner.run, settings, _holder.with_worker(dict(
+                self._run.get("holder") or {}, generation=taken["lease"]["generation"])), time.monotonic)
+            paths[host] = hp.HostPath(runner.run, runner.wait, settings, drift["prepared"], drift, say=runner.say,
+                                      host=host, lease=lease)
+            self._followers[host] = (drift, lease)
+        return _grouppath.GroupPath(group, paths)
 
     def _critical_path(self, args, recovering):
         capacity = args.get("capacity") or {}
         if capacity.get("failed"):  # the batch's capacity check (run once for the batch) said no
             raise hp.StepFailed(CAPACITY, capacity)
-        self._path.check_blocking()
-        self._path.secret_files()  # a config file that cannot be written fails before the host leaves
+        self._unit.check_blocking()
+        self._unit.secret_files()  # a config file that cannot be written fails before the host leaves
         out_by = self._run["run_id"] if self._use_router else None
         # Written on the host first: a host whose SSH is down, or whose lease was taken over, fails here,
         # before it leaves the router.
@@ -174,9 +233,9 @@ class ActionModule(ActionBase):
                                    drain_timeout=self._router_args["drain_timeout"])
             if drained.get("failed"):
                 raise hp.StepFailed(DRAIN, drained)
-        self._path.adopt_last_good()
+        self._unit.adopt_last_good()
         self._record("applying", drained_by=out_by)
-        verified = self._path.apply()
+        verified = self._unit.apply()
         self._record("verified", drained_by=out_by, drift=self._drift, verified=verified)
         rejoined_at, analysis = None, None
         stay_out = self._use_router and bool(self._plan.get("stay_out"))
@@ -198,7 +257,7 @@ class ActionModule(ActionBase):
         held = bool(analysis and analysis["verdict"] == INCONCLUSIVE and
                     self._run["analysis"].get("on_inconclusive") == "stop")
         # a canary the analysis could not clear is not kept as last-known-good
-        saved, error = (None, None) if held else self._path.save_last_good(verified)
+        saved, error = (None, None) if held else self._unit.save_last_good(verified)
         self._state = self._record("rejoined", worker_url=self._router_args.get("worker_url"), drift=self._drift,
                                    verified=verified, drained=drained, rejoined_at=rejoined_at,
                                    min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"),
@@ -256,7 +315,7 @@ class ActionModule(ActionBase):
             self._say("leaving the router again: the canary analysis found a regression")
             drained = self._router("absent", drain_timeout=self._router_args["drain_timeout"])
             in_router = bool(drained.get("failed"))
-        revert = self._path.revert()
+        revert = self._unit.revert()  # this host, or its whole serving group
         rejoined = in_router
         if revert.get("healthy") and self._use_router and not in_router:
             back = self._router("present", timeout=self._router_args["rejoin_timeout"])
@@ -264,11 +323,7 @@ class ActionModule(ActionBase):
         self._state = self._record("failed", on_host=False, state_before={"step": "applying"}, task=ANALYSIS,
                                    failure={"msg": analysis.get("message")}, changed=True, revert=revert,
                                    rejoined_after_revert=rejoined, analysis=_summary(analysis))
-        try:
-            self._lease.hold(record=ro.host_record(self._state, self._run, drained_by=None if rejoined else (
-                self._run["run_id"] if self._use_router else None), worker_url=self._router_args.get("worker_url")))
-        except hp.StepFailed as exc:
-            self._state["host_record_error"] = str(exc.result.get("msg"))
+        self._write_host_records(None if rejoined else (self._run["run_id"] if self._use_router else None))
         self._say(self._state.get("status"))
         return {"failed": True, "msg": self._state.get("message"), "failed_step": ANALYSIS, "revert": revert,
                 "analysis": analysis, "record": self._state}
@@ -302,8 +357,8 @@ class ActionModule(ActionBase):
             return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
                     "failure": failure, "revert": None, "record": self._state}
         revert = None
-        if reached == "applying" and not lost and self._path.has_last_good():
-            revert = self._path.revert()
+        if reached == "applying" and not lost and self._unit.has_last_good():
+            revert = self._unit.revert()
         rejoined, kept_out = False, None
         if reached == "prepared" or (reached == "draining" and not self._drain_url):
             rejoined = self._drain_url is not None  # never taken out (or was not in the router)
@@ -328,14 +383,24 @@ class ActionModule(ActionBase):
         self._state = self._record("failed", on_host=False, **values)
         out_by = self._run["run_id"] if self._use_router and self._state.get("in_router") is False else None
         if not lost and failed.step != hp.HOLD:
-            try:
-                self._lease.hold(record=ro.host_record(self._state, self._run, drained_by=out_by,
-                                                       worker_url=self._router_args.get("worker_url")))
-            except hp.StepFailed as exc:
-                self._state["host_record_error"] = str(exc.result.get("msg"))
+            self._write_host_records(out_by)
         self._say(self._state.get("status"))
         return {"failed": True, "msg": self._state.get("message"), "failed_step": failed.step,
                 "failure": failure, "revert": revert, "record": self._state}
+
+    def _write_host_records(self, out_by):
+        """A failed (or reverted) host's record - and each of its group's followers' - written on the host."""
+        try:
+            self._lease.hold(record=ro.host_record(self._state, self._run, drained_by=out_by,
+                                                   worker_url=self._router_args.get("worker_url")))
+        except hp.StepFailed as exc:
+            self._state["host_record_error"] = str(exc.result.get("msg"))
+        for host, (dummy, lease) in self._followers.items():
+            state = ro.read_json(os.path.join(self._run["run_dir"], "%s.json" % host)) or {}
+            try:
+                lease.hold(record=ro.host_record(state, self._run))
+            except hp.StepFailed:
+                pass  # its copy on the controller says what happened; a re-run reads what the host holds
 
     def _key_differs(self, revert, reached):
         """Whether the host runs another API key than the one it would be re-added to the router with."""

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._flags import (
     WINDOW_FLAG_OLD,
     server_info_key,
 )
+from ansible_collections.gpufleet.inference.plugins.module_utils._groups import GROUP_FLAGS
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import systemd_quote, systemd_quote_env
 
 ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP", "DSPARK",
@@ -177,6 +178,11 @@ def _managed_collision(flag):
     return None
 
 
+def _group_collision(flag):
+    """Whether a --flag is one a serving group sets on each node (exact, alias or abbreviation)."""
+    return any(group_flag.startswith(flag) for group_flag in GROUP_FLAGS)
+
+
 def _extra_args(settings, errors):
     """sglang_extra_args -> list of (flag, [values]) in the order given."""
     extra = settings.get("sglang_extra_args") or {}
@@ -195,6 +201,10 @@ def _extra_args(settings, errors):
         if variable:
             errors.append(f"{where} collides with a flag the role manages: set {variable}"
                           " instead")
+            continue
+        if _group_collision(key):
+            errors.append(f"{where} is a flag of a multi-node serving group, derived for each node: set"
+                          " sglang_node_rank and sglang_serving_group (or sglang_serving_groups) instead")
             continue
         if value is None or value is False:
             continue  # explicitly switched off
@@ -270,6 +280,39 @@ def _check_version(settings, version, algorithm, window, errors):
         errors.append(f"sglang_speculative_draft_window_size is a DFLASH-only setting in"
                       f" SGLang {version}; sglang_speculative_algorithm is {algorithm}")
     return parsed
+
+
+def node_args(node):
+    """A serving group's per-node argv (_groups.node_args: ``--nnodes N --node-rank I --dist-init-addr
+    HEAD:PORT [--dist-timeout S]``) as text; [] for a single-node server (``node`` None or empty)."""
+    if not node:
+        return []
+    if not isinstance(node, (list, tuple)) or not all(isinstance(word, (str, int)) for word in node):
+        raise SettingsError(f"the node arguments of a serving group must be a list of words, got {node!r}")
+    words = [str(word) for word in node]
+    flags = words[0::2]
+    unknown = [flag for flag in flags if flag not in GROUP_FLAGS]
+    if len(words) % 2 or unknown or "--node-rank" not in flags or "--nnodes" not in flags:
+        raise SettingsError(f"the node arguments of a serving group must be pairs of {', '.join(GROUP_FLAGS)}"
+                            f" with --nnodes and --node-rank, got {words!r}")
+    return words
+
+
+def node_rank(node):
+    """The node's rank in its serving group (0: the head), or None for a single-node server."""
+    words = node_args(node)
+    if not words:
+        return None
+    rank = words[words.index("--node-rank") + 1]
+    if not rank.isdigit():
+        raise SettingsError(f"--node-rank must be a number, got {rank!r}")
+    return int(rank)
+
+
+def is_follower(node):
+    """A node other than the head: it runs schedulers only, serves no HTTP and logs no config line."""
+    rank = node_rank(node)
+    return rank is not None and rank > 0
 
 
 # ---------------------------------------------------------------------------- public API
@@ -397,14 +440,16 @@ def _require_version(version):
                             " host before the arguments can be built")
 
 
-def build_args(settings, version):
+def build_args(settings, version, node=None):
     """Settings -> SGLang's argv after `python -m sglang.launch_server`.
 
-    Never contains the API key: with sglang_api_key set it ends with `--config <file>`, the
-    root-only YAML file that holds the key (config_file_text).
+    `node`: the per-node argv of a serving group's node (_groups.node_args), after the settings'
+    own arguments; None for a single-node server. Never contains the API key: with sglang_api_key
+    set it ends with `--config <file>`, the root-only YAML file that holds the key (config_file_text).
     """
     _require_version(version)
     norm = normalize(settings, version)
+    group = node_args(node)
     args = ["--model-path", norm["model_path"]]
     if norm["served_model_name"]:
         args += ["--served-model-name", norm["served_model_name"]]
@@ -432,6 +477,7 @@ def build_args(settings, version):
     for flag, values in norm["extra_args"]:
         args.append(flag)
         args.extend(values)
+    args += group
     if norm["api_key_set"]:
         args += [CONFIG_FLAG, config_file_path(settings)]
     return args
@@ -486,9 +532,9 @@ def secret_files(settings):
     return [dict(meta, content=config_file_text(settings))] if meta else []
 
 
-def build_command(settings, version):
-    """The full command of the unit: interpreter, entrypoint, args (no API key)."""
-    args = build_args(settings, version)
+def build_command(settings, version, node=None):
+    """The full command of the unit: interpreter, entrypoint, args (no API key); `node` as in build_args."""
+    args = build_args(settings, version, node)
     python = settings.get("sglang_python") or DEFAULT_PYTHON
     return [python, *ENTRYPOINT, *args]
 
@@ -518,30 +564,41 @@ def build_expect(settings, version):
     return expect
 
 
-def build_intent(settings, version):
+def build_intent(settings, version, node=None):
     """Everything a running process must show: config-line values and whether a draft-runner
     line may appear at all (``config_line``), its command line, and its environment.
 
     "Off" is an expectation too: without DFLASH/DDTREE no draft-runner line may be logged
     (EAGLE, NGRAM, ... log none of their own; a DFLASH line would mean another algorithm runs).
+
+    A follower node of a serving group (`node`, rank >= 1) logs no config line (only global TP rank
+    0, on the head, does) and serves no HTTP: its intent is its command line and environment, and
+    ``follower`` says that its readiness is its own journal's (it joined the group).
     """
     norm = normalize(settings, version)
+    follower = is_follower(node)
     logs_line = norm["algorithm"] in CONFIG_LINE_ALGORITHMS
-    return {
-        "expect": build_expect(settings, version),
-        "config_line": "required" if logs_line else "absent",
-        "command": build_command(settings, version),
+    intent = {
+        "expect": {} if follower else build_expect(settings, version),
+        "config_line": "optional" if follower else "required" if logs_line else "absent",
+        "command": build_command(settings, version, node),
         "environment": environment(settings),
     }
+    if follower:
+        intent["follower"] = True
+    return intent
 
 
-def intended_server_info(settings, version):
-    """The /server_info keys (and values) of the settings the role sets, from the settings.
+def intended_server_info(settings, version, node=None):
+    """The /server_info keys (and values) of the settings the role sets, from the settings; None for a
+    follower node of a serving group (`node`, rank >= 1), which serves no /server_info.
 
     /server_info echoes the parsed arguments: a difference means the process was launched with
     other arguments (a --config file, a drop-in); agreement proves nothing about the runtime.
     """
     norm = normalize(settings, version)
+    if is_follower(node):
+        return None
     info = {"model_path": norm["model_path"]}
     if norm["served_model_name"]:
         info["served_model_name"] = norm["served_model_name"]
@@ -598,9 +655,9 @@ def environment(settings):
 
 # ---------------------------------------------------------------------------- systemd text
 
-def render_execstart(settings, version, indent="    "):
+def render_execstart(settings, version, indent="    ", node=None):
     """The value of ExecStart=: one systemd-quoted argument per line, `\\` continued."""
-    parts = [systemd_quote(arg) for arg in build_command(settings, version)]
+    parts = [systemd_quote(arg) for arg in build_command(settings, version, node)]
     return (" \\\n" + indent).join(parts)
 
 
@@ -632,18 +689,24 @@ def comment(text):
     return "#\n%s\n#" % "\n".join("# " + line if line else "#" for line in str(text).splitlines())
 
 
-def render_unit(settings, version, managed="Ansible managed"):
-    """The systemd unit of the server: the one rendering of it (the role, golden files and tests)."""
+def render_unit(settings, version, managed="Ansible managed", node=None):
+    """The systemd unit of the server: the one rendering of it (the role, golden files and tests).
+
+    A node of a serving group (`node`, _groups.node_args) runs its node's arguments, and KillMode=mixed:
+    stopping its head then signals the head's main process only, which drains and shuts every node's
+    schedulers down (0.5.19+), so the followers exit 0 and stay down; with control-group the head's
+    schedulers die with it and every follower is killed and restarted by systemd into a half-stopped
+    group (docs: multi-node serving groups, measured by tests/benchmarks/bench_group_order.py)."""
     name = settings.get("sglang_served_model_name") or settings.get("sglang_model_path") or ""
     lines = [comment(managed), "[Unit]", "Description=SGLang server %s" % str(name).replace("%", "%%"),
              "After=network-online.target", "Wants=network-online.target", "", "[Service]", "Type=simple",
              "User=%s" % settings.get("sglang_user"), "Group=%s" % settings.get("sglang_group")]
     for key, value in environment(settings).items():
         lines.append("Environment=%s" % systemd_quote_env(key, value))
-    lines += ["ExecStart=%s" % render_execstart(settings, version),
+    lines += ["ExecStart=%s" % render_execstart(settings, version, node=node),
               "TimeoutStartSec=%s" % settings.get("sglang_timeout_start_sec"),
               "TimeoutStopSec=%s" % settings.get("sglang_timeout_stop_sec"),
-              "KillMode=control-group",
+              "KillMode=%s" % ("mixed" if node_args(node) else "control-group"),
               "Restart=%s" % settings.get("sglang_restart"),
               "RestartSec=%s" % settings.get("sglang_restart_sec"),
               "SyslogIdentifier=%s" % unit_stem(settings), "", "[Install]", "WantedBy=multi-user.target"]

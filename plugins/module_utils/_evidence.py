@@ -59,13 +59,15 @@ def environment_text(environment):
 
 class Intent(object):
     """What the process must run: config-line values (and whether a line may appear at all),
-    its command line, and its environment (each optional)."""
+    its command line, and its environment (each optional). ``follower``: the unit runs a follower node
+    of a multi-node serving group, which serves no HTTP: its own journal says when it joined the group."""
 
-    def __init__(self, expect=None, config_line=None, command=None, environment=None):
+    def __init__(self, expect=None, config_line=None, command=None, environment=None, follower=False):
         self.expect = cfg.normalize_expect(expect)
         self.mode = config_line_mode(config_line, self.expect)
         self.command = list(command) if command else None
         self.environment = environment_text(environment) if environment is not None else None
+        self.follower = bool(follower)
 
 
 def judged_lines(receipt, journal_lines):

@@ -227,6 +227,29 @@ def plan(hosts, facts, request):
             "hosts": planned, "takeover_runs": dead_runs}
 
 
+def group_plan(planned, groups):
+    """A serving group changes as one: when any of its nodes must change (or be recovered), every node is restarted,
+    so every node's entry says so, naming the node that needs it. ``planned``: plan()'s hosts; ``groups``: {name:
+    {head, followers}} of the run's serving groups. A follower is never in a batch by itself: its head carries it.
+    Returns ``planned`` with each node's entry updated (``group``, ``head``)."""
+    for name, group in sorted(groups.items()):
+        nodes = [group["head"]] + list(group.get("followers") or [])
+        changing = [host for host in nodes if planned[host]["action"] in ("apply", "recover")]
+        for host in nodes:
+            planned[host].update(group=name, head=group["head"])
+        if not changing:
+            continue
+        action = "apply" if any(planned[host]["action"] == "apply" for host in changing) else "recover"
+        why = "; ".join("%s: %s" % (host, planned[host]["reason"]) for host in changing)
+        for host in nodes:
+            entry = planned[host]
+            if host not in changing:
+                if entry["action"] == "left_out":  # the head an operator took out: changed, and left out
+                    entry["stay_out"] = True
+                entry.update(action=action, reason="serving group %s restarts as one (%s)" % (name, why))
+    return planned
+
+
 def batch_slot(group, reachable):
     """Where the group's batch slot is kept: one lease for the whole group (whichever run, whichever controller),
     held while a batch is out of the router, so two runs over disjoint hosts of one group never take their

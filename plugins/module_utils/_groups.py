@@ -9,7 +9,7 @@ else is derived, never typed twice: the number of nodes, the head (rank 0), the 
 nodes rendezvous at (the head's ``sglang_dist_init_host``, else its ``sglang_host`` when other hosts
 can reach it, else its ``ansible_host``) and the port (``sglang_dist_init_port``, default 50000).
 
-What SGLang does with a group decides the helpers (docs/multinode.md, measured on the simulator
+What SGLang does with a group decides the helpers (the guide's multi-node page, measured on the simulator
 and read in SGLang 0.5.11-0.5.23): only the head serves HTTP and is a router worker; a follower's
 scheduler that dies takes the head down, and a follower's main process ignores SIGTERM (0.5.21+)
 until the head's shutdown reaches it, so a group stops head first and starts all at once.
@@ -25,6 +25,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from ansible_collections.gpufleet.inference.plugins.module_utils._process import command_differences
+
 GROUP_VARIABLE = "sglang_serving_group"
 GROUPS_VARIABLE = "sglang_serving_groups"
 RANK_VARIABLE = "sglang_node_rank"
@@ -37,6 +39,8 @@ DEFAULT_DIST_INIT_PORT = 50000
 # address, and what only the head's value means (how a router reaches the server, where the
 # other nodes reach the head).
 NODE_VARIABLES = frozenset({RANK_VARIABLE, "sglang_host", "sglang_router_worker_url", HOST_VARIABLE})
+# What a node's command line has of its own: its rank and its bind address (sglang_host); the rest is the group's.
+NODE_FLAGS = ("--node-rank", "--host")
 # The flags a group sets on every node (with SGLang's alias): sglang_extra_args must not.
 GROUP_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr", "--dist-timeout")
 # SGLang's own defaults, for a variable the inventory leaves unset.
@@ -168,9 +172,9 @@ def _flag_value(extra, flags):
 
 # ---------------------------------------------------------------------------- membership
 
-def _membership(hostvars, errors):
+def _membership(hostvars, errors, inventory_groups=None):
     """{group name: (defined_by, [hosts])} and the hosts that carry a rank."""
-    known_groups = set()
+    known_groups = set(inventory_groups or ())
     for variables in hostvars.values():
         known_groups.update(variables.get("group_names") or ())
     members = {}
@@ -330,14 +334,16 @@ def _timeout(head, variables, errors):
 
 # ---------------------------------------------------------------------------- public API
 
-def serving_groups(hostvars):
+def serving_groups(hostvars, inventory_groups=None):
     """{group name: ServingGroup} from every host's variables; raise GroupError before any change.
 
     ``hostvars``: inventory hostname -> that host's variables (``group_names`` included). Give it
-    every host of the inventory, not only the play's: a group is judged whole.
+    every host of the groups judged, not only the play's: a group is judged whole. ``inventory_groups``:
+    the names of every inventory group (a group named in ``sglang_serving_groups`` is checked against
+    them), when ``hostvars`` holds only some hosts.
     """
     errors = []
-    members = _membership(hostvars, errors)
+    members = _membership(hostvars, errors, inventory_groups)
     groups = {}
     for name in sorted(members):
         defined_by, hosts = members[name]
@@ -423,3 +429,25 @@ def router_worker(groups, host):
     """True when ``host`` serves HTTP, i.e. belongs in a router: a single-node host or a group's head."""
     group = group_of(groups, host)
     return group is None or group.head == host
+
+
+def _without_node_flags(argv):
+    words, skip = [], False
+    for word in argv or []:
+        if skip:
+            skip = False
+            continue
+        if word in NODE_FLAGS:
+            skip = True
+            continue
+        if any(word.startswith(flag + "=") for flag in NODE_FLAGS):
+            continue
+        words.append(word)
+    return words
+
+
+def node_differences(head_argv, node_argv):
+    """What a node runs other than its head (both running command lines), its own flags (NODE_FLAGS) aside:
+    [{key, expected (the head's), observed (the node's)}]; a group runs one server, so any is drift."""
+    differences, dummy = command_differences(_without_node_flags(head_argv), _without_node_flags(node_argv))
+    return differences

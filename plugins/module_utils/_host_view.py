@@ -27,8 +27,8 @@ EXCERPT_CHARS = 200
 # Phase changes that end a slice early (progress shows at once): the long stretches of a start.
 # From the config line on, readiness is seconds away: a slice then runs on, so the relaunch of
 # the next slice never sits between the port opening and the wait noticing it.
-EARLY_RETURN_PHASES = ("waiting", "new_invocation", "invocation", "loading_weights", "weights_loaded", "kv_cache",
-                       "cuda_graph")
+EARLY_RETURN_PHASES = ("waiting", "new_invocation", "invocation", "rendezvous", "loading_weights", "weights_loaded",
+                       "kv_cache", "cuda_graph")
 POKE_SECONDS = 2.0  # journal_grace: how often a /generate makes the idle server log a line
 
 
@@ -71,7 +71,8 @@ class HostView(object):
             deaths=tracker.deaths, unit_state=self.unit_state, unit_stale=self.unit_stale,
             journal_lines=tuple(journal.log.config_lines), receipt=journal.receipt, receipt_path=self.host.receipt_path,
             start_seen=journal.log.start_seen, after_config_seen=journal.log.after_config_seen,
-            lines_seen=journal.log.lines_seen, startup=journal.log.describe(), exit_info=journal.log.exit,
+            lines_seen=journal.log.lines_seen, joined_at=journal.log.joined_at, startup=journal.log.describe(),
+            exit_info=journal.log.exit,
             tail=tuple(journal.tail), generate=found.generate,
             generate_elapsed=state.phases.get("generate", {}).get("elapsed"), launched=found.launched,
             evidence=found.evidence, notes=tuple(state.notes), phase=state.phase, last_error=self.read_error,
@@ -119,12 +120,15 @@ class HostView(object):
         for phase, detail in journal.log.take_events():
             if self.state.found.generate is None or phase == "draft_runner":  # after the first answer: what matters
                 self.event(phase, describe_phase(phase, detail), phase_change=detail is None or phase == "draft_runner")
-        self._mark_config_line()
+        self._mark_found()
 
-    def _mark_config_line(self):
+    def _mark_found(self):
+        """The phases the journal marks: the config line, a follower's joining its group."""
         lines = ev.judged_lines(self.state.journal.receipt, self.state.journal.log.config_lines)
         if lines:
             self.mark("config_line", logged_at=lines[0].get("timestamp"))
+        if self.state.journal.log.joined_at is not None:
+            self.mark("joined", logged_at=self.state.journal.log.joined_at)
 
     # --- what the judge asks for (_judge's looks) ------------------------------------------------
 
@@ -188,7 +192,7 @@ class HostView(object):
                                                  state.invocation_id, state.main_pid))
         if tracker.after is None:
             journal.look_back(state.invocation_id)
-            self._mark_config_line()
+            self._mark_found()
             return []
         restarts = journal.restarts_since(tracker.after)
         tracker.deaths += len(restarts)

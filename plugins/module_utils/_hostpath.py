@@ -32,6 +32,8 @@ JOURNALD = "Raise journald's rate limit so SGLang's startup lines are kept"
 INSTALL = "Install the SGLang unit and config file (what differs)"
 RESTART = "Reload systemd and restart SGLang"
 START = "Ensure SGLang is enabled and running"
+STOP = "Stop SGLang (a serving group's nodes head first)"
+START_NODE = "Reload systemd and start SGLang (a serving group's nodes followers first, all at once)"
 WAIT = "Wait until the new SGLang process runs the intended settings"
 VERIFY = "Verify the running SGLang process (nothing was restarted)"
 SAVE = "Keep the verified unit as last-known-good"
@@ -81,7 +83,8 @@ def wait_args(settings, url, intent, after=None, api_key=None, api_key_file=None
     args = dict(unit=settings["sglang_unit_name"], url=url, expect=intent.get("expect") or {},
                 config_line=intent.get("config_line"), command=intent.get("command"),
                 environment=intent.get("environment"), after_invocation=after,
-                api_key=None if api_key_file else api_key, api_key_file=api_key_file)
+                api_key=None if api_key_file else api_key, api_key_file=api_key_file,
+                follower=True if intent.get("follower") else None)
     for name, variable in _WAIT_SETTINGS:
         args[name] = settings.get(variable)
     return dict((key, value) for key, value in args.items() if value not in (None, ""))
@@ -186,17 +189,25 @@ class HostPath(object):
         self.changed = self.changed or bool(result.get("changed"))
         return result
 
-    def _leased_wait(self, args):
+    def _leased_wait(self, args, between=None):
         """The wait, renewing the lease between its slices: a slice lasts at most a third of the lease, so
-        a renewal comes before the lease could run out."""
-        if self.lease is None:
+        a renewal comes before the lease could run out. ``between`` (optional) runs between slices too (a
+        serving group's head watches its followers there)."""
+        if self.lease is None and between is None:
             return self.wait(args)
-        args = dict(args, slice_seconds=min(float(args.get("slice_seconds") or SLICE_SECONDS),
-                                            self.lease.seconds / 3.0))
-        return self.wait(args, between=self.lease.renew_if_due)
+        if self.lease is not None:
+            args = dict(args, slice_seconds=min(float(args.get("slice_seconds") or SLICE_SECONDS),
+                                                self.lease.seconds / 3.0))
 
-    def _wait(self, step, args):
-        result = self._leased_wait(args)
+        def between_slices():
+            if self.lease is not None:
+                self.lease.renew_if_due()
+            if between is not None:
+                between()
+        return self.wait(args, between=between_slices)
+
+    def _wait(self, step, args, between=None):
+        result = self._leased_wait(args, between)
         if result.get("verdict") == "connection_lost":
             result["unreachable"] = True
         if result.get("failed"):
@@ -293,6 +304,19 @@ class HostPath(object):
         self.say("starting %s" % self.unit)
         return self._step(START, SYSTEMD, dict(name=self.unit, enabled=True, state="started"))
 
+    def stop(self):
+        """Stop the unit and return once it is inactive (a stop also cancels a restart systemd had scheduled);
+        the module's ``status`` is the unit before (its InvocationID: the process a start replaces)."""
+        self.say("stopping %s" % self.unit)
+        return self._step(STOP, SYSTEMD, dict(name=self.unit, state="stopped"))
+
+    def start_node(self):
+        """A serving group's node: reload systemd (its files were installed without a restart) and queue its start
+        without waiting for it - every node waits for the others anyway, up to --dist-timeout."""
+        self.say("starting %s (its serving group's nodes start together)" % self.unit)
+        return self._step(START_NODE, SYSTEMD, dict(name=self.unit, enabled=True, state="started",
+                                                    daemon_reload=True, no_block=True))
+
     def not_running(self):
         return not self.drift.get("enabled") or self.drift.get("active_state") != "active"
 
@@ -364,24 +388,36 @@ class HostPath(object):
         self.changed = self.changed or bool(saved.get("changed"))
         return saved, None
 
+    def restore_last_good(self):
+        """Put the last-known-good files back (nothing restarted): (the invocation running before, the module's
+        result, whose ``record`` is what the files were verified with)."""
+        reverting = self._module(INFO, dict(unit=self.unit, probe_server=False))
+        restored = self._module(LAST_GOOD, dict(unit=self.unit, directory=self.settings["sglang_last_good_dir"],
+                                                state="restored"))
+        if not restored.get("failed"):
+            self.changed = self.changed or bool(restored.get("changed"))
+        return reverting.get("invocation_id"), restored
+
+    def reverted_wait_args(self, restored, after, follower=False):
+        """The wait for the process of the restored files, held to what was recorded with them."""
+        intent = dict((restored.get("record") or {}).get("intent") or {})
+        if follower:
+            intent["follower"] = True  # a copy adopted from what ran has no intent of a group's node
+        # The reverted process runs with the key of the config file its command names (--config; the
+        # role never puts the key on the command line): read there, on the host - the old key of a
+        # rotation or of a removed key, not the key of the settings that failed. No --config: no key.
+        self.reverted_config = config_of(intent.get("command"))
+        return wait_args(self.settings, self.url, intent, after=after, api_key_file=self.reverted_config)
+
     def revert(self):
         """Put the last-known-good files back, restart, and verify the reverted process against what was
         recorded with them (never raises): _records.revert_outcome's shape."""
         self.say("reverting to the last-known-good unit")
-        reverting = self._module(INFO, dict(unit=self.unit, probe_server=False))
-        restored = self._module(LAST_GOOD, dict(unit=self.unit, directory=self.settings["sglang_last_good_dir"],
-                                                state="restored"))
+        before, restored = self.restore_last_good()
         restart, wait = {}, {}
         if not restored.get("failed"):
-            self.changed = self.changed or bool(restored.get("changed"))
             restart = self._module(SYSTEMD, dict(name=self.unit, daemon_reload=True, state="restarted"))
             self.changed = True
         if not restored.get("failed") and not restart.get("failed"):
-            intent = (restored.get("record") or {}).get("intent") or {}
-            # The reverted process runs with the key of the config file its command names (--config; the
-            # role never puts the key on the command line): read there, on the host - the old key of a
-            # rotation or of a removed key, not the key of the settings that failed. No --config: no key.
-            self.reverted_config = config_of(intent.get("command"))
-            wait = self._leased_wait(wait_args(self.settings, self.url, intent, after=reverting.get("invocation_id"),
-                                               api_key_file=self.reverted_config))
+            wait = self._leased_wait(self.reverted_wait_args(restored, before))
         return _records.revert_outcome([restored, restart, wait])

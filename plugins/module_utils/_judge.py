@@ -17,6 +17,7 @@ the README's verification contract is one branch below, in the order they are ju
   (``crash_loop``, ``died``, ``replaced``);
 - every config line against the intent (``mismatch``), as soon as it is read;
 - readiness: the port, who listens on it (``foreign_listener``), ``/generate`` (``unauthorized``);
+  a follower node of a serving group (``Intent.follower``): its own journal's line that it joined;
 - the evidence once it answers (``missing_config_line``, ``unverified``), then what runs (``mismatch``);
 - settle (``unstable``), then ``pass``; ``timeout`` when time is out and nothing else is due.
 """
@@ -129,6 +130,7 @@ class Snapshot:
     start_seen: bool = False            # its first line (server_args=) is in the journal
     after_config_seen: bool = False     # a line SGLang logs after the config line's place is in the journal
     lines_seen: int = 0
+    joined_at: float | None = None      # when a follower node logged that it joined its group (host's epoch)
     startup: str = "starting"           # its startup phase in words
     exit_info: str | None = None        # how it ended, from systemd's notes in its journal
     tail: tuple = ()                    # its last lines (the crashed one's, after CRASHED_TAIL)
@@ -390,6 +392,8 @@ def _launch(snap):
 
 def _readiness(snap):
     """The port, who listens on it, /generate: until the first good answer."""
+    if snap.intent.follower:
+        return _joined(snap)
     if snap.generate is not None:
         return None
     if PORT not in snap.looks:
@@ -411,10 +415,20 @@ def _readiness(snap):
     return _watching(snap, "port open, /generate not answering yet (%s%s)" % (resp.describe(), body and ": " + body))
 
 
+def _joined(snap):
+    """A follower serves nothing to probe (its stand-in /health proves only that its main process lives): it is
+    ready once its own journal says every local scheduler is ready, i.e. it joined its serving group."""
+    if snap.joined_at is not None:
+        return None
+    return _watching(snap, "%s; not joined its serving group yet" % snap.startup)
+
+
 def _evidence(snap):
     """Once /generate answers: what the config-line evidence rests on (a mismatch was judged already)."""
     if snap.evidence is not None:
         return None
+    if snap.intent.follower:
+        return _watching(snap, evidence="journal")  # its own invocation's line that it joined
     if snap.lines:
         return _watching(snap, evidence=ev.evidence_source(snap.receipt, snap.journal_lines))
     if snap.receipt is not None:
@@ -465,6 +479,13 @@ def _unverified(snap, completeness):
 def _settle(snap):
     """Stable before ok: same invocation, no restart, no death for min_ready_seconds, still answering."""
     need = snap.policy.min_ready_seconds
+    if snap.intent.follower:
+        joined = snap.wall - snap.joined_at
+        if joined < need:
+            text = "settling: joined its serving group %.1fs ago of min_ready_seconds %.0f (no restart, no death)" % (
+                joined, need)
+            return _watching(snap, text, event=None if snap.phase.startswith("settling") else ("settling", text))
+        return None
     if need <= 0 or (snap.receipt and snap.wall - float(snap.receipt.get("verified_at") or 0) >= need):
         return None  # nothing to wait for, or verified (a receipt of it) at least that long ago
     waited = snap.elapsed - snap.generate_elapsed
@@ -488,6 +509,8 @@ def _passed(snap):
     launched = snap.launched or {}
     compared = msgs.compared_text(snap.intent, snap.evidence, len(snap.lines), bool(launched.get("command_checked")),
                                   bool(launched.get("environment_checked")))
+    if snap.intent.follower:
+        return _done(PASS, msgs.follower_passed(snap.unit, snap.invocation_id, compared, snap.policy.min_ready_seconds))
     settle = " and stayed up for min_ready_seconds %.0f" % snap.policy.min_ready_seconds \
         if snap.policy.min_ready_seconds > 0 else ""
     return _done(PASS, "%s: invocation %s is serving (%s; /generate answered after %.1fs%s)" % (

@@ -92,6 +92,13 @@ def compared_text(intent, evidence_source, lines_compared, command_checked, envi
     return "compared " + "; ".join(parts)
 
 
+def follower_passed(unit, invocation_id, compared, min_ready_seconds):
+    """A follower node of a serving group passed: what its own evidence shows (it serves nothing to probe)."""
+    settle = " and stayed up for min_ready_seconds %.0f since" % min_ready_seconds if min_ready_seconds > 0 else ""
+    return ("%s: invocation %s joined its serving group as a follower node (its journal: every local scheduler "
+            "ready%s; %s; the head's /generate is the group's)" % (unit, invocation_id, settle, compared))
+
+
 def unverified_message(unit, invocation_id, reason, intent):
     return ("%s: invocation %s answers /generate, but there is no evidence that it runs the intended settings "
             "(%s): %s. Its config line was needed for %s. /server_info only echoes the parsed arguments and does not "
@@ -116,3 +123,32 @@ def completeness_reason(completeness, notices, unit, invocation_id, receipt_dir,
                 "is in %s" % (invocation_id, receipt_dir))
     return ("nothing that SGLang logs after its config line has reached the journal yet, so it cannot be told "
             "whether journald dropped the line")
+
+
+# ------------------------------------------------------------------ serving groups (one server across hosts)
+
+def _first_line(text):
+    lines = str(text or "").strip().splitlines()
+    return lines[0] if lines else "no message"
+
+
+def group_node_failed(group, host, rank, message, head=None, head_message=None):
+    """A node failed its serving group: named first, with its own message (its journal's tail); the head's failure,
+    when it followed, in one line after."""
+    text = "serving group %s: node %s (rank %s) failed, so the group cannot serve: %s" % (
+        group, host, rank, str(message or "no message").strip())
+    if head_message:
+        text += "\nIts head %s failed with it: %s" % (head, _first_line(head_message))
+    return text
+
+
+def group_not_joined(group, head, missing, head_message):
+    """The head timed out while nodes had not joined: `missing` [(host, rank, where its wait stands)]."""
+    ranks = "; ".join("rank %s (%s): %s" % (rank, host, where) for host, rank, where in missing)
+    return ("serving group %s did not come up: its head %s waited for %s, which %s not joined the group - %s. "
+            "Its head: %s" % (group, head, ", ".join("rank %s (%s)" % (rank, host) for host, rank, dummy in missing),
+                              "has" if len(missing) == 1 else "have", ranks, _first_line(head_message)))
+
+
+def group_head_failed(group, head, message):
+    return "serving group %s: its head %s failed (its followers had not): %s" % (group, head, str(message or "").strip())

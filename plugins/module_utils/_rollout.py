@@ -235,6 +235,9 @@ def table(records):
         observed = record.get("observed") or {}
         keys = SETTING_KEYS
         seen = ", ".join("%s=%s" % (key, observed[key]) for key in keys if key in observed)
+        group = record.get("group") or {}
+        if not seen and group.get("head") not in (None, record.get("host")):
+            seen = "node of %s (head %s)" % (group.get("name"), group.get("head"))  # its head's line is the group's
         rows.append((record.get("host", "?"), record.get("status", "?"), "%s -> %s" % (old, new),
                      "%.1fs" % ready if isinstance(ready, (int, float)) else "-",
                      seen or ("off" if record.get("config_line_mode") == "absent" else "-")))
@@ -315,6 +318,8 @@ def build_record(host, step, args, run):
                       if router else None, router_url=planned.get("drain_url"), plan=planned.get("reason"))
         if planned.get("recovering"):
             record["recovering"] = planned["recovering"]
+        if planned.get("group"):
+            record["group"] = {"name": planned["group"], "head": planned.get("head")}  # changed with its group
         earlier = planned.get("earlier") or {}
         if action == "keep" and earlier.get("status") and not run.get("check_mode"):
             record.update(status=earlier["status"], old_invocation=earlier.get("old_invocation"),

@@ -12,6 +12,11 @@ config line ``Initialized DFLASH draft runner. ...``; ``max_total_num_tokens=...
 ``Started server process`` / ``Uvicorn running on``; the warmup ``/generate``; ``The server is
 fired up and ready to roll!``. Every line after the config line proves that journald kept the
 stretch of the log where the config line belongs (see _evidence).
+
+A node of a multi-node serving group also logs ``Init parallel begin.`` (``Init torch distributed
+begin.`` up to 0.5.20) per rank, where it waits for every rank of every node; a follower (node 1 and
+up) ends its startup with ``Dummy health check server started in background thread at HOST:PORT``,
+logged once every local scheduler is ready: it joined the group (it never logs the lines of HTTP).
 """
 from __future__ import annotations
 
@@ -24,15 +29,17 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._process import
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import describe_exit
 
 # Phases in startup order; a line never moves the phase backwards.
-PHASES = ("starting", "loading_weights", "weights_loaded", "kv_cache", "cuda_graph",
-          "draft_runner", "port_open", "ready")
+PHASES = ("starting", "rendezvous", "loading_weights", "weights_loaded", "kv_cache", "cuda_graph",
+          "draft_runner", "joined", "port_open", "ready")
 PHASE_TEXT = {
     "starting": "starting",
+    "rendezvous": "distributed init (waiting for every rank to join)",
     "loading_weights": "loading weights",
     "weights_loaded": "weights loaded",
     "kv_cache": "KV cache allocated",
     "cuda_graph": "capturing CUDA graphs",
     "draft_runner": "draft runner initialised",
+    "joined": "joined its serving group (its schedulers are ready)",
     "port_open": "HTTP server up",
     "ready": "warmed up (fired up and ready to roll)",
 }
@@ -42,6 +49,8 @@ _FAILED_WITH = re.compile(r"Failed with result '([^']+)'")  # systemd's note: th
 _SHARDS = re.compile(r"^Loading safetensors checkpoint shards:\s*(\d+)% Completed \|\s*(\d+)/(\d+)")
 _PREFIXED_STARTS = (  # SGLang's own logger: "[ts( TAGn)*] <message>"
     ("server_args=", "starting"),
+    ("Init parallel begin", "rendezvous"),
+    ("Init torch distributed begin", "rendezvous"),
     ("Load weight begin", "loading_weights"),
     ("Load weight end", "weights_loaded"),
     ("KV Cache is allocated", "kv_cache"),
@@ -50,13 +59,15 @@ _PREFIXED_STARTS = (  # SGLang's own logger: "[ts( TAGn)*] <message>"
     ("Prefill batch", "port_open"),
     ("Decode batch", "port_open"),
     ("The server is fired up and ready to roll", "ready"),
+    ("Dummy health check server started", "joined"),  # a follower node: its schedulers are ready
 )
 _UVICORN_LEVEL = re.compile(r"^(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):\s+")
 _ACCESS_LOG = re.compile(r'^\S+:\d+ - "(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) /')
 # What journalctl --grep must find to judge a long-running invocation without reading all of it:
 # its first line, its config lines, and a line that comes after the config line (a pre-filter:
 # classify() and the config-line parser decide).
-GREP_PATTERN = r"server_args=|%s|Uvicorn running on|fired up and ready to roll" % cfg.GREP_PATTERN
+GREP_PATTERN = r"server_args=|%s|Uvicorn running on|fired up and ready to roll|Dummy health check server started" % (
+    cfg.GREP_PATTERN)
 
 
 def classify(line):
@@ -86,10 +97,12 @@ class StartupLog(object):
     start. ``after_config_seen``: a line that SGLang logs after the config line's place (warmup,
     uvicorn, access log, our own /generate) is in the journal, so journald stored that stretch or
     wrote its "Suppressed" notice before it. ``config_lines``: every rank-0 config line.
+    ``joined_at``: when a follower node logged that it joined its serving group (epoch seconds, the
+    journal's own timestamp), None before.
     """
 
     FIELDS = ("phase", "detail", "start_seen", "after_config_seen", "config_lines", "exit",
-              "systemd_messages", "lines_seen")
+              "systemd_messages", "lines_seen", "joined_at")
 
     def __init__(self, state=None):
         state = state or {}
@@ -101,6 +114,7 @@ class StartupLog(object):
         self.exit = state.get("exit")
         self.systemd_messages = list(state.get("systemd_messages", []))
         self.lines_seen = state.get("lines_seen", 0)
+        self.joined_at = state.get("joined_at")
         self.events = []  # (phase, detail) changes since the caller last took them
 
     def to_state(self):
@@ -140,6 +154,8 @@ class StartupLog(object):
             phase, detail = found
             if phase == "starting":
                 self.start_seen = True
+            if phase == "joined" and self.joined_at is None and entry.realtime_usec is not None:
+                self.joined_at = int(entry.realtime_usec) / 1e6
             if PHASES.index(phase) >= PHASES.index("port_open"):
                 self.after_config_seen = True
             self._advance(phase, detail)

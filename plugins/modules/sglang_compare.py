@@ -21,6 +21,11 @@ description:
     intent for that version and render the unit and journald's drop-in; compare the host with them
     (M(gpufleet.inference.sglang_drift)); and only when the host must change, check the intended arguments with the
     host's own SGLang (M(gpufleet.inference.sglang_preflight) with C(args): parses, starts nothing)."
+  - A node of a multi-node serving group (C(sglang_serving_groups) or C(sglang_serving_group), with C(sglang_node_rank))
+    gets its node's flags (C(--nnodes), C(--node-rank), C(--dist-init-addr), C(--dist-timeout)) in its unit. The group
+    is judged whole first, from the variables of its other nodes (ranks, the same settings on every node); a problem
+    fails the task naming the host and the variable, before anything is asked of the host. A follower (rank 1 and up)
+    serves no HTTP and logs no config line - it is compared by its files, command line and environment only.
   - Through a connection with pipelining, the version detection and the check run M(gpufleet.inference.sglang_preflight)'s
     two scripts as commands, their arguments and the server's environment on standard input (never on a command line),
     instead of sending the module. Without pipelining the module runs. The checks and messages are the same.
@@ -62,6 +67,8 @@ prepared:
       and C(journald) are installed),
       C(config_file) (the SGLang config file's C(path), C(mode), C(owner) and C(group), never its content; null
       without an API key) and C(unit_files) (the paths a last-known-good copy keeps).
+    - C(group) for a node of a serving group - C(name), C(nnodes), C(head), C(followers), C(ranks), C(dist_init_addr),
+      C(dist_timeout), C(defined_by) and this node's C(rank); the intent of a follower has C(follower=true).
   returned: when the comparison ran
   type: dict
 preflight:

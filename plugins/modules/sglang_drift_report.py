@@ -16,6 +16,9 @@ description:
   - Shows one line per host - in sync, DRIFTED (what, expected vs observed), UNVERIFIED (why - journal retention or
     rate limit, no receipt), NOT RUNNING, NOT INSTALLED, NOT CHECKED - writes C(<results_dir>/<run id>/summary.json)
     and one C(<host>.json) each, and fails when a host is not in sync.
+  - A multi-node serving group is one line with its nodes - in sync when every node is and every follower runs its
+    head's arguments (its own C(--node-rank) and C(--host) aside, compared on the running command lines); a follower
+    that runs other arguments than its head makes every node of its group drifted, naming the flags.
   - Changes nothing on the hosts and always reports C(changed=false) (the report is the controller's bookkeeping).
 author:
   - gpufleet maintainers (@gpufleet)
@@ -65,4 +68,10 @@ drifted:
   returned: always
   type: list
   elements: str
+groups:
+  description: Each serving group of the hosts - C(name), C(nodes) (head first), C(in_sync), C(differences) (what a
+    follower runs other than its head - C(host), C(key), C(expected) the head's, C(observed) the follower's).
+  returned: always
+  type: list
+  elements: dict
 """

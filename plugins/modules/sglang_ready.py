@@ -52,6 +52,19 @@ options:
       - V(0) passes at the first good answer.
     type: float
     default: 10
+  follower:
+    description:
+      - The unit runs a follower node of a multi-node serving group (C(--node-rank) 1 and up). A follower serves no HTTP
+        (its stand-in C(/health) proves only that its main process lives) and logs no config line (only global TP rank
+        0, on the head, does), so no HTTP request is made.
+      - It is ready once its own invocation's journal says that it joined the group - C(Dummy health check server
+        started ...), which SGLang logs once every scheduler of the node is ready - and passes after
+        O(min_ready_seconds) since that line without a restart or death. Its command line and environment are compared
+        as for any unit; deaths and restarts fail it as for any unit.
+      - The group serves only when its head passes the full contract (its C(/generate) answers only once every node
+        joined).
+    type: bool
+    default: false
   crash_loop_restarts:
     description:
       - How many restarts by systemd (C(Restart=)) of the new process to tolerate before failing.
@@ -296,6 +309,7 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._wait import Wa
 ARGUMENT_SPEC = _argspec.merged(
     _argspec.SERVER, _argspec.UNIT, _argspec.INTENT, _argspec.WAIT, _argspec.PROBE,
     after_invocation=dict(type="str"),
+    follower=dict(type="bool", default=False),
     min_ready_seconds=dict(type="float", default=10),
     crash_loop_restarts=dict(type="int", default=0),
     journal_grace=dict(type="float", default=35),
@@ -324,7 +338,8 @@ def build_waiter(module, host=None):
     host = host or Host(CommandRunner(module), params["unit"], params["url"], server_api_key(module),
                         params["validate_certs"], params["prompt"], params["max_new_tokens"],
                         params["verify_listener"], params["receipt_dir"])
-    intent = Intent(params["expect"], params["config_line"], params["command"], params["environment"])
+    intent = Intent(params["expect"], params["config_line"], params["command"], params["environment"],
+                    params["follower"])
     policy = Policy(timeout=params["timeout"], min_ready_seconds=params["min_ready_seconds"],
                     tick=params["poll_interval"], request_timeout=params["request_timeout"],
                     crash_loop_restarts=params["crash_loop_restarts"], journal_grace=params["journal_grace"],

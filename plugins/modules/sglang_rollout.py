@@ -17,7 +17,10 @@ description:
     (JSON and Markdown).
   - V(start) checks the rollout's variables (plain errors, before anything is asked of a host) and names the run and
     its holder - kind, run id, a session id of this ansible-playbook run, controller, user, AWX job id. It writes
-    nothing. In check mode the run is a check run (C(<run id>-check)).
+    nothing. In check mode the run is a check run (C(<run id>-check)). It reads the multi-node serving groups of the
+    group's hosts (each judged whole, from the variables of all its nodes) and fails, naming the group and its nodes in
+    and out, when the run (C(--limit)) or O(group) takes part of one; its result's C(servers) are the group's servers -
+    single-node hosts and each serving group's head.
   - V(record) keeps a host's prepare-phase failure as the fact C(rollout_host_state) until V(prepared) writes the copy.
   - V(prepared) plans the run from each host's C(sglang_drift) (its lease and record), the records of the group's hosts
     the run leaves out (O(outside)) and the router's workers. It refuses, naming the holder, a host leased by a live
@@ -26,7 +29,9 @@ description:
     instead); it refuses a run id that holds no host mid-change (a finished run is never reopened) and a run that
     leaves out a host an interrupted run left mid-change. The worker to drain is the one the router has for the host
     now. A host this collection took out of the router and left out is brought back; one taken out by someone else is
-    reported and left out. When a host failed or was lost in the prepare phase nothing is leased or changed.
+    reported and left out. When a host failed or was lost in the prepare phase nothing is leased or changed. A serving
+    group changes as one - when any of its nodes must change, every node is planned to, and only its head goes on to
+    the apply phase (its task changes the group); a follower is never a router worker.
   - V(leased) checks that every host of the run was leased (all or none) and names the hosts to release otherwise.
   - V(capacity) counts the whole group (O(group); not only the play's hosts - C(--limit) changes nothing), takes
     membership from the router and health from a fresh C(/generate) probe of each of the group's workers (the
@@ -58,8 +63,9 @@ options:
     elements: str
   group:
     description:
-      - Every host of the rollout's group, whatever C(--limit) says (V(start), V(capacity)). The capacity guard counts
-        it, and V(prepared) reads the records of its hosts the run leaves out.
+      - Every host of the rollout's group, whatever C(--limit) says (V(start), V(capacity)). V(prepared) reads the
+        records of its hosts the run leaves out. The capacity guard counts the group's servers (V(start)'s
+        C(servers) - a serving group once, by its head).
     type: list
     elements: str
   batches:

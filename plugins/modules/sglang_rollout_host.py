@@ -30,6 +30,12 @@ description:
   - Drop-ins that override what the role manages (C(blocking) in the drift result) fail the host before anything
     changes.
   - One task per host, so a batch's critical path holds nothing but its steps.
+  - The head of a multi-node serving group runs this task for its whole group (its followers are in no batch), each
+    follower reached over a connection made as C(delegate_to) makes one - install what differs on every node,
+    restarting nothing; stop every node, head first; start every node at once, followers first; wait for the head's
+    full contract with every follower watched meanwhile, then each follower's own verification (a follower's death
+    fails the group at once, named); rejoin the head. Every node's step is recorded on that node with its own lease,
+    and keeps its own last-known-good; a failure reverts every node as one, naming the node that failed.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:

@@ -40,8 +40,12 @@ def test_the_inventory_parses_with_the_vault_decrypted():
     proc = run([BIN / "ansible-inventory", "-i", INVENTORY, "--vault-password-file", PASSWORD, "--list"])
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["gpu"]["children"] == ["k26_dflash", "k26_dflash_canary"]
+    assert data["gpu"]["children"] == ["k26_dflash", "k26_dflash_canary", "k26_2node"]
     assert len(data["k26_dflash"]["hosts"]) == 4 and data["k26_dflash_canary"]["hosts"] == ["gpu-b01.example.internal"]
+    assert data["k26_2node"]["hosts"] == ["gpu-c01.example.internal", "gpu-c02.example.internal"]
+    follower = data["_meta"]["hostvars"]["gpu-c02.example.internal"]
+    assert follower["sglang_node_rank"] == 1 and follower["sglang_tp_size"] == 16
+    assert follower["sglang_serving_groups"] == ["k26_2node"]
     canary = data["_meta"]["hostvars"]["gpu-b01.example.internal"]
     fleet = data["_meta"]["hostvars"]["gpu-a01.example.internal"]
     assert canary["sglang_speculative_draft_window_size"] == 4096 and fleet["sglang_speculative_draft_window_size"] == 2048
@@ -66,7 +70,7 @@ def test_every_host_of_the_example_passes_the_role_argument_spec(tmp_path):
     proc = validate(tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     recap = [line for line in proc.stdout.splitlines() if "ok=1" in line and "failed=0" in line]
-    assert len(recap) == 5, proc.stdout[-2000:]
+    assert len(recap) == 7, proc.stdout[-2000:]  # 5 single-node hosts and the 2 nodes of k26_2node
 
 
 def test_a_wrong_value_fails_the_argument_spec(tmp_path):

@@ -4,7 +4,8 @@
 
 For each host of inventories/example (its group_vars, the vault decrypted with the test password) and
 each SGLang version the role renders for differently, the role's own code (module_utils/_args.py, as
-the role's drift check calls it) renders the unit, journald's drop-in and the config file. They are
+the role's drift check calls it) renders the unit, journald's drop-in and the config file; a node of a
+serving group (module_utils/_groups.py) gets its node's flags. They are
 compared with the committed files under tests/golden/<host>/<version>/; the API key's value is written
 as <sglang_api_key>, never in clear.
 
@@ -34,14 +35,15 @@ sys.path.insert(0, str(REPO / ".build" / "collections"))
 
 
 def host_settings():
-    """{host: the role's settings for it}: role defaults, then the inventory's variables, templated as Ansible
-    templates them (the vault decrypted)."""
+    """{host: (the role's settings for it, its node's arguments)}: role defaults, then the inventory's variables,
+    templated as Ansible templates them (the vault decrypted); the node's arguments of a serving group's host."""
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.parsing.vault import VaultSecret
     from ansible.template import Templar, trust_as_template
     from ansible.vars.manager import VariableManager
-    from ansible_collections.gpufleet.inference.plugins.module_utils import _args
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _args, _groups
+    from ansible_collections.gpufleet.inference.plugins.plugin_utils._serving import variables_of
 
     loader = DataLoader()
     loader.set_vault_secrets([("default", VaultSecret(VAULT_PASSWORD.read_bytes().strip()))])
@@ -50,12 +52,15 @@ def host_settings():
     # a role's defaults are templates Ansible trusts, as it does when it loads the role
     defaults = dict((name, trust_as_template(value) if isinstance(value, str) else value)
                     for name, value in yaml.safe_load(DEFAULTS.read_text()).items())
-    found = {}
+    found, group_vars = {}, {}
     for host in sorted(inventory.get_hosts(), key=lambda h: h.name):
         merged = dict(defaults, **variables.get_vars(host=host))
         templar = Templar(loader=loader, variables=merged)
         found[host.name] = dict((name, templar.template(merged[name])) for name in _args.SETTINGS)
-    return found
+        group_vars[host.name] = variables_of(dict((name, templar.template(merged[name])) for name in merged
+                                                  if name.startswith("sglang_") or name == "group_names"), host.name)
+    groups = _groups.serving_groups(group_vars)
+    return dict((host, (settings, _groups.node_args(groups, host))) for host, settings in found.items())
 
 
 def renders():
@@ -63,12 +68,12 @@ def renders():
     from ansible_collections.gpufleet.inference.plugins.module_utils import _args
 
     files = {}
-    for host, settings in host_settings().items():
+    for host, (settings, node) in host_settings().items():
         key = settings.get("sglang_api_key") or ""
         paths = _args.unit_paths(settings)
         for version in VERSIONS:
             base = "%s/%s/" % (host, version)
-            files[base + Path(paths["unit"]).name] = _args.render_unit(settings, version, MANAGED)
+            files[base + Path(paths["unit"]).name] = _args.render_unit(settings, version, MANAGED, node)
             files[base + Path(paths["journald"]).name] = _args.render_journald(settings, MANAGED)
             config = _args.config_file(settings)
             if config:

@@ -116,7 +116,7 @@ def test_no_comment_or_docstring_quotes_a_timing():
 
 
 # Code that only the controller runs: a module sent to a host must not carry it.
-CONTROLLER_ONLY = {"_args", "_hostpath", "_fleet", "_rollout", "_records", "_sweep"}
+CONTROLLER_ONLY = {"_args", "_hostpath", "_grouppath", "_fleet", "_rollout", "_records", "_sweep", "_groups"}
 IMPORT = re.compile(r"plugins\.module_utils(?:\.(\w+)| import (\w+))")
 
 

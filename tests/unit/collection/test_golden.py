@@ -22,11 +22,21 @@ def test_every_host_and_version_is_rendered_and_the_key_never_in_clear(rendered)
     hosts = {name.split("/")[0] for name in rendered}
     assert hosts == set(golden.host_settings()) and "gpu-b01.example.internal" in hosts
     assert len(rendered) == len(hosts) * len(golden.VERSIONS) * 3  # unit, journald drop-in, config file
-    secret = golden.host_settings()["gpu-a01.example.internal"]["sglang_api_key"]
+    secret = golden.host_settings()["gpu-a01.example.internal"][0]["sglang_api_key"]
     assert secret and all(secret not in text for text in rendered.values())
     canary = rendered["gpu-b01.example.internal/0.5.23/sglang.service"]
     assert '"--speculative-draft-window-size" \\\n    "4096"' in canary and "/etc/sglang/sglang.yaml" in canary
     assert '"--speculative-dflash-draft-window-size"' in rendered["gpu-b01.example.internal/0.5.11/sglang.service"]
+
+
+def test_the_nodes_of_the_example_group_run_their_node_flags_and_a_single_host_none(rendered):
+    follower = rendered["gpu-c02.example.internal/0.5.23/sglang.service"]
+    flags = ('"--nnodes" \\\n    "2" \\\n    "--node-rank" \\\n    "1" \\\n    "--dist-init-addr" \\\n'
+             '    "gpu-c01.example.internal:50000" \\\n    "--dist-timeout" \\\n    "900"')
+    assert flags in follower and "KillMode=mixed" in follower
+    assert '"--node-rank" \\\n    "0"' in rendered["gpu-c01.example.internal/0.5.23/sglang.service"]
+    single = rendered["gpu-a01.example.internal/0.5.23/sglang.service"]
+    assert "--nnodes" not in single and "KillMode=control-group" in single
 
 
 def test_the_committed_files_are_what_the_role_renders(capsys):

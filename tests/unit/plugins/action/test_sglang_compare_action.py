@@ -55,8 +55,8 @@ def compare(host, settings=None, commands=None, preflight=True, **over):
     """The action with `host`'s modules and the role's variables (`settings`, then `over` by variable name); with
     `commands` (a Commands), through a pipelining connection whose commands it answers, else the module path."""
     task_vars = dict(CHECKS, **dict(settings or SETTINGS))
-    task_vars.update(over)
     task_vars.update(inventory_hostname="gpu-1", ansible_host="10.0.0.7")
+    task_vars.update(over)
     action = fakes.make_action(action_mod, {"preflight": preflight}, action="gpufleet.inference.sglang_compare")
     action._execute_module = host
     action._is_pipelining_enabled = lambda *a, **k: commands is not None
@@ -293,3 +293,45 @@ def test_without_pipelining_the_preflight_module_runs():
     action._low_level_execute_command = commands
     out = action.run(task_vars=dict(CHECKS, inventory_hostname="gpu-1", **SETTINGS))
     assert not out.get("failed") and host.names() == ["sglang_preflight", "sglang_drift"] and commands.inputs == []
+
+
+# ------------------------------------------------------------------ a node of a serving group
+
+def group_vars(**node_changes):
+    """hostvars and groups of a 2-node serving group (gpu-1 the head at 10.0.0.7, gpu-2 its follower)."""
+    common = dict(SETTINGS, group_names=["gpu", "k26_2node"], sglang_serving_groups=["k26_2node"],
+                  sglang_tp_size=16, sglang_host="0.0.0.0")
+    hostvars = {"gpu-1": dict(common, sglang_node_rank=0, ansible_host="10.0.0.7"),
+                "gpu-2": dict(dict(common, sglang_node_rank=1, ansible_host="10.0.0.8"), **node_changes)}
+    return {"hostvars": hostvars, "groups": {"all": ["gpu-1", "gpu-2"], "k26_2node": ["gpu-1", "gpu-2"]}}
+
+
+def test_a_follower_is_compared_with_its_nodes_flags_and_nothing_of_a_server():
+    host = Host(sglang_drift=[IN_SYNC])
+    out = compare(host, sglang_version="0.5.23", sglang_tp_size=16, inventory_hostname="gpu-2", **group_vars())
+    assert not out.get("failed"), out
+    node = ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.7:50000"]
+    settings = dict(SETTINGS, sglang_tp_size=16)
+    drift_args = host.calls[0][1]
+    assert drift_args["command"] == _args.build_command(settings, "0.5.23", node)
+    assert drift_args["probe"] is False and drift_args["server_info"] is None
+    assert (drift_args["expect"], drift_args["config_line"]) == ({}, "optional")
+    assert out["prepared"]["intent"]["follower"] is True and "KillMode=mixed" in out["prepared"]["unit_text"]
+    assert out["prepared"]["group"]["rank"] == 1 and out["prepared"]["group"]["head"] == "gpu-1"
+
+
+def test_the_head_is_compared_with_the_full_contract_and_its_nodes_flags():
+    host = Host(sglang_drift=[IN_SYNC])
+    out = compare(host, sglang_version="0.5.23", sglang_tp_size=16, **group_vars())
+    drift_args = host.calls[0][1]
+    assert drift_args["probe"] is True and drift_args["config_line"] == "required"
+    assert drift_args["command"][-6:] == ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.7:50000"]
+    assert out["prepared"]["group"]["rank"] == 0
+
+
+def test_a_serving_group_the_inventory_gets_wrong_fails_naming_host_and_variable_before_the_host_is_asked():
+    host = Host()
+    out = compare(host, sglang_tp_size=16, **group_vars(sglang_node_rank=2))
+    assert out["failed"] and out["step"] == "validate" and host.calls == []
+    assert "gpu-1: serving group: host gpu-2: sglang_node_rank 2 is out of range" in out["msg"]
+    assert "nothing on the host was asked or changed" in out["msg"]

@@ -55,3 +55,45 @@ def test_drift_unverified_and_unchecked_fail_with_their_reasons(tmp_path, shown)
 def test_accept_unverified(tmp_path, shown):
     result = report(tmp_path, {"gpu-1": IN_SYNC, "gpu-3": UNVERIFIED}, accept_unverified=True)
     assert not result.get("failed") and result["in_sync"] == ["gpu-1", "gpu-3"]
+
+
+# ------------------------------------------------------------------ a serving group: one line with its nodes
+
+GROUP = {"name": "k26_2node", "head": "gpu-c01", "followers": ["gpu-c02"], "ranks": {"gpu-c01": 0, "gpu-c02": 1}}
+HEAD_ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "10.0.0.1",
+             "--speculative-draft-window-size", "2048", "--nnodes", "2", "--node-rank", "0"]
+NODE_ARGV = ["python", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "10.0.0.2",
+             "--speculative-draft-window-size", "2048", "--nnodes", "2", "--node-rank", "1"]
+
+
+def node(host, argv, rank, **over):
+    return dict(IN_SYNC, host=host, invocation_id="i-" + host, command=argv,
+                prepared={"group": dict(GROUP, rank=rank)}, **over)
+
+
+def test_a_serving_group_in_sync_is_one_line_with_its_nodes(tmp_path, shown):
+    result = report(tmp_path, {"gpu-1": IN_SYNC, "gpu-c01": node("gpu-c01", HEAD_ARGV, 0),
+                               "gpu-c02": node("gpu-c02", NODE_ARGV, 1)})
+    assert not result.get("failed"), result
+    assert shown == ["gpu-1: in sync (invocation i1)",
+                     "serving group k26_2node (gpu-c01 rank 0, gpu-c02 rank 1): in sync | gpu-c01: in sync (invocation "
+                     "i-gpu-c01) | gpu-c02: in sync (invocation i-gpu-c02)"]
+    assert result["groups"] == [{"name": "k26_2node", "nodes": ["gpu-c01", "gpu-c02"], "in_sync": True,
+                                 "differences": []}]
+
+
+def test_a_follower_running_other_arguments_than_its_head_drifts_the_whole_group(tmp_path, shown):
+    other = [word if word != "2048" else "1024" for word in NODE_ARGV]
+    result = report(tmp_path, {"gpu-c01": node("gpu-c01", HEAD_ARGV, 0), "gpu-c02": node("gpu-c02", other, 1)})
+    assert result["failed"] and result["drifted"] == ["gpu-c01", "gpu-c02"]
+    assert shown == ["serving group k26_2node (gpu-c01 rank 0, gpu-c02 rank 1): DRIFTED | gpu-c01: in sync (invocation "
+                     "i-gpu-c01) | gpu-c02: in sync (invocation i-gpu-c02) | gpu-c02 (rank 1) runs other arguments than "
+                     "its head gpu-c01: --speculative-draft-window-size: head 2048, node 1024"]
+    assert "gpu-c02 (rank 1) runs other arguments than its head gpu-c01" in result["msg"]
+
+
+def test_a_node_left_out_of_the_run_leaves_its_group_unjudged(tmp_path, shown):
+    result = report(tmp_path, {"gpu-c01": node("gpu-c01", HEAD_ARGV, 0)})
+    assert not result.get("failed")  # the head itself is in sync
+    assert shown[0].endswith("NOT JUDGED (a node was not checked) | gpu-c01: in sync (invocation i-gpu-c01) | gpu-c02: "
+                             "NOT CHECKED (not in this run)")

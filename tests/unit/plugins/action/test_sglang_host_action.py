@@ -190,3 +190,24 @@ def test_reset_forgets_an_earlier_verification_as_a_fact_and_touches_nothing():
     host = Host()
     result = act(host, "reset", sglang_verified=dict(PASS))
     assert result["ansible_facts"] == {"sglang_verified": {}} and host.calls == [] and host.leases == []
+
+
+GROUP = {"name": "k26_2node", "head": "gpu-1", "followers": ["gpu-2"], "rank": 0}
+
+
+def test_a_group_node_that_must_change_without_its_other_nodes_in_the_play_changes_nothing():
+    host = Host()
+    result = act(host, "installed", drift(prepared=dict(PREPARED, group=GROUP)), ansible_play_hosts_all=["gpu-1"])
+    assert result["failed"] and host.calls == [] and host.leases == []
+    assert result["msg"] == ("gpu-1: Install the SGLang unit and config file (what differs): gpu-1 must change, and it "
+                             "is a node of serving group k26_2node, whose nodes restart together: gpu-2 is not in this "
+                             "play. Include every node of the group (or roll it out with gpufleet.inference.rollout). "
+                             "Nothing changed.")
+
+
+def test_a_group_node_with_its_whole_group_in_the_play_or_in_sync_goes_on():
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT]}])
+    grouped = drift(prepared=dict(PREPARED, group=GROUP))
+    assert act(host, "installed", grouped, ansible_play_hosts_all=["gpu-1", "gpu-2"])["restart_due"] is True
+    in_sync = drift(changed_files=[], prepared=dict(PREPARED, group=GROUP))
+    assert not act(Host(), "installed", in_sync, ansible_play_hosts_all=["gpu-1"]).get("failed")

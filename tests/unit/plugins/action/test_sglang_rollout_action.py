@@ -261,7 +261,7 @@ def test_the_guard_counts_the_whole_group_and_probes_each_worker_itself(monkeypa
 def test_a_stopped_server_the_router_still_lists_is_not_counted(monkeypatch, shown):
     out, seen = capacity(monkeypatch, [list(URL.values())], {URL["gpu-3"]: "/generate: connection refused"},
                          min_healthy=3)
-    assert out["failed"] and "would leave 2 healthy worker(s) of the group's 4 host(s)" in out["msg"]
+    assert out["failed"] and "would leave 2 healthy worker(s) of the group's 4 server(s)" in out["msg"]
     assert "gpu-3 %s: /generate: connection refused" % URL["gpu-3"] in out["msg"]
     assert "nothing was changed in this batch" in out["msg"]
 
@@ -396,3 +396,74 @@ def test_an_isolated_analysis_counts_the_baseline_out_with_the_canarys_batch(mon
     assert out["failed"] and "leave 2 healthy worker" in out["msg"], out  # 4 workers, canary and baseline out
     out, seen = capacity(monkeypatch, [list(URL.values())], {}, min_healthy=3, batch=["gpu-2"], analysis=analysis)
     assert not out.get("failed"), out
+
+
+# ------------------------------------------------------------------ serving groups
+
+def group_hostvars():
+    """gpu-1 (head) and gpu-2 (follower) of serving group g; gpu-3 and gpu-4 single-node."""
+    common = {"sglang_model_path": "/m", "sglang_tp_size": 2, "sglang_port": 30000,
+              "sglang_serving_groups": ["g"]}
+    found = {}
+    for n, host in enumerate(["gpu-1", "gpu-2", "gpu-3", "gpu-4"], 1):
+        found[host] = dict(common, ansible_host="10.0.0.%d" % n, sglang_host="10.0.0.%d" % n,
+                           group_names=["gpu", "g"] if n <= 2 else ["gpu"])
+        if n <= 2:
+            found[host]["sglang_node_rank"] = n - 1
+    return found
+
+
+class RawHostvars(dict):
+    def raw_get(self, host):
+        return self[host]
+
+
+def start_grouped(root, hosts, group=None):
+    args = dict(state="start", hosts=hosts, group=group or ["gpu-1", "gpu-2", "gpu-3", "gpu-4"],
+                results_dir=str(root))
+    return act(args, hostvars=RawHostvars(group_hostvars()),
+               groups={"all": ["gpu-1", "gpu-2", "gpu-3", "gpu-4"], "gpu": ["gpu-1", "gpu-2", "gpu-3", "gpu-4"],
+                       "g": ["gpu-1", "gpu-2"]})
+
+
+def test_a_run_counts_a_serving_group_as_one_server_its_head(tmp_path, shown):
+    run = start_grouped(tmp_path, ["gpu-1", "gpu-2", "gpu-3", "gpu-4"])
+    assert not run.get("failed"), run
+    assert run["servers"] == ["gpu-1", "gpu-3", "gpu-4"] and run["group"] == ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+
+
+def test_a_limit_that_splits_a_serving_group_fails_before_anything_naming_the_group(tmp_path, shown):
+    run = start_grouped(tmp_path, ["gpu-2", "gpu-3"])
+    assert run["failed"] and list(tmp_path.iterdir()) == []
+    assert run["msg"].startswith("serving group g is only partly in this run (--limit): gpu-2 (rank 1) in, gpu-1 "
+                                 "(rank 0) not;")
+    assert run["msg"].endswith("Nothing was compared or changed.")
+    run = start_grouped(tmp_path, ["gpu-1"], group=["gpu-1", "gpu-3"])
+    assert run["failed"] and "serving group g is only partly in rollout_hosts" in run["msg"]
+
+
+def test_a_rank_typo_fails_the_run_before_anything_naming_host_and_variable(tmp_path, shown, monkeypatch):
+    broken = group_hostvars()
+    broken["gpu-2"]["sglang_node_rank"] = 2
+    run = act(dict(state="start", hosts=["gpu-1", "gpu-2"], group=["gpu-1", "gpu-2"], results_dir=str(tmp_path)),
+              hostvars=RawHostvars(broken), groups={"g": ["gpu-1", "gpu-2"]})
+    assert run["failed"] and "host gpu-2: sglang_node_rank 2 is out of range for serving group g" in run["msg"]
+
+
+def test_the_plan_sends_a_groups_head_alone_and_records_its_follower_out_of_any_router(
+        tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    group = {"name": "g", "head": "gpu-1", "followers": ["gpu-2"], "ranks": {"gpu-1": 0, "gpu-2": 1}}
+    drifts = {"gpu-1": {"in_sync": True}, "gpu-2": {}, "gpu-3": {"in_sync": True}}
+    found = hostvars(drifts)
+    for host, rank in (("gpu-1", 0), ("gpu-2", 1)):
+        found[host]["sglang_drift"]["prepared"]["group"] = dict(group, rank=rank)
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([[URL["gpu-1"], URL["gpu-3"]]]))
+    out = act(dict(state="prepared", run=run, hosts=list(drifts), alive=list(drifts), router_url="http://r:1"),
+              hostvars=found)
+    assert not out.get("failed"), out
+    assert out["apply"] == ["gpu-1"]  # the group's head carries its follower; gpu-3 is in sync
+    assert out["plan"]["gpu-1"]["reason"] == "serving group g restarts as one (gpu-2: settings differ)"
+    follower = json.loads((tmp_path / run["run_id"] / "gpu-2.json").read_text())
+    assert follower["status"] == "pending" and follower["in_router"] is None
+    assert out["plan"]["gpu-2"]["action"] == "apply" and out["plan"]["gpu-2"]["drain_url"] is None

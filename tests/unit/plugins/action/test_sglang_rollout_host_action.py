@@ -4,6 +4,7 @@
 leaves (revert, router, record), and that nothing is done that the host did not need.
 
 The host's modules (``_execute_module``) and the router are scripted; the records are real files."""
+import copy
 import json
 
 import pytest
@@ -63,7 +64,7 @@ class Host(object):
     def __call__(self, module_name, module_args, task_vars):
         short = module_name.rsplit(".", 1)[-1]
         # the lease's renewals (each step written on the host first) are kept apart from the steps' modules
-        (self.leases if short == "sglang_lease" else self.calls).append((short, dict(module_args)))
+        (self.leases if short == "sglang_lease" else self.calls).append((short, copy.deepcopy(dict(module_args))))
         default = {"changed": True, "lease": {"generation": 7}} if short == "sglang_lease" else {"changed": False}
         queue = self.answers.get(short) or [default]
         answer = queue.pop(0) if len(queue) > 1 else queue[0]
@@ -670,3 +671,101 @@ def test_only_the_canary_is_analysed(tmp_path, shown, monkeypatch):
     host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True}])
     result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch, analysis=dict(ANALYSIS, canary="gpu-9"))
     assert not result.get("failed") and FakeAnalysis.seen == [] and "analysis" not in record
+
+
+# ------------------------------------------------------------------ the head of a serving group
+
+FOLLOWER = "gpu-2"
+GROUP = {"name": "g", "head": HOST, "followers": [FOLLOWER], "ranks": {HOST: 0, FOLLOWER: 1}, "nnodes": 2}
+FOLLOWER_INTENT = dict(INTENT, expect={}, config_line="optional", follower=True)
+FOLLOWER_PASS = {"verdict": "pass", "verified": True, "invocation_id": "f-new", "msg": "joined its serving group"}
+
+
+class NodeAction(object):
+    """What plugin_utils/_nodes makes for a follower: an action whose modules run on that follower."""
+
+    def __init__(self, host):
+        from unittest.mock import MagicMock
+        self._execute_module = host
+        self._task = MagicMock(check_mode=False)
+        self._connection = MagicMock()
+
+
+def grouped(tmp_path, monkeypatch, head, follower, router, follower_drift=None):
+    """The head's task with its follower's modules scripted by `follower`."""
+    made = []
+
+    class Runners(object):
+        def __init__(self, action, task_vars, progress=True, prefix=""):
+            pass
+
+        def __call__(self, name):
+            made.append(name)
+            return ready_mod.ActionRunner(NodeAction(follower), {}, name, False)
+
+        def close(self):
+            made.append("closed")
+    monkeypatch.setattr(action_mod, "NodeRunners", Runners)
+    their_drift = dict(follower_drift or drift(invocation_id="f-old"), prepared=dict(
+        PREPARED, intent=FOLLOWER_INTENT, group=dict(GROUP, rank=1),
+        endpoint={"url": "http://gpu-2:30000", "worker_url": "http://gpu-2:30000"}))
+    run_dir = tmp_path / "r1"
+    result, record = act(tmp_path, head, router, monkeypatch=monkeypatch, prepared={"group": dict(GROUP, rank=0)},
+                         hostvars={FOLLOWER: {"sglang_drift": their_drift, "rollout_lease": {"lease": {"generation": 3}}}})
+    return result, record, json.loads((run_dir / ("%s.json" % FOLLOWER)).read_text()), made
+
+
+def test_a_groups_head_rolls_out_its_group_as_one_each_node_recorded_on_itself(tmp_path, shown, monkeypatch):
+    written = {"changed": True, "changed_files": [UNIT_PATH]}
+    stopped = {"changed": True, "status": {"InvocationID": OLD}}
+    head = Host(sglang_unit_files=[written], systemd_service=[stopped, {"changed": True}], sglang_ready=[PASS],
+                sglang_last_good=[{"changed": True, "exists": True}])
+    follower = Host(sglang_unit_files=[written], systemd_service=[dict(stopped, status={"InvocationID": "f-old"}),
+                                                                  {"changed": True}],
+                    sglang_ready=[FOLLOWER_PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record, theirs, made = grouped(tmp_path, monkeypatch, head, follower, router)
+    assert not result.get("failed"), result
+    assert head.names() == ["sglang_unit_files", "systemd_service", "systemd_service", "sglang_ready", "sglang_last_good"]
+    assert follower.names() == ["sglang_unit_files", "systemd_service", "systemd_service", "sglang_ready",
+                                "sglang_last_good"]
+    assert follower.calls[3][1]["follower"] is True and follower.calls[3][1]["after_invocation"] == "f-old"
+    assert router.calls == ["absent", "present"]  # only the head is a router worker
+    assert record["status"] == "updated" and record["new_invocation"] == NEW
+    assert theirs["status"] == "updated" and theirs["new_invocation"] == "f-new" and theirs["in_router"] is None
+    assert theirs["last_good_saved"] is True
+    # every node's step is written on that node first, with its own lease
+    assert follower.holds() == ["draining", "applying", "verified", "rejoined"]
+    assert follower.leases[0][1]["holder"]["generation"] == 3  # its lease of this run, from the prepare phase
+    assert made == [FOLLOWER, "closed"]
+
+
+def test_a_follower_that_fails_reverts_the_whole_group_and_names_it(tmp_path, shown, monkeypatch):
+    written = {"changed": True, "changed_files": [UNIT_PATH]}
+    crash = {"failed": True, "verdict": "crash_loop", "invocation_id": "f-new",
+             "msg": "sglang.service: invocation f-new exited and systemd is restarting it (crash loop)\nScheduler hit "
+                    "an exception: CUDA error"}
+    restored = {"changed": True, "changed_files": [UNIT_PATH], "record": {"intent": INTENT}}
+    head = Host(sglang_unit_files=[written], sglang_ready=[PASS, PASS], sglang_info=[{"invocation_id": NEW}],
+                sglang_last_good=[restored])
+    follower = Host(sglang_unit_files=[written], sglang_ready=[crash, FOLLOWER_PASS],
+                    sglang_info=[{"invocation_id": "f-new"}], sglang_last_good=[dict(restored, record={
+                        "intent": FOLLOWER_INTENT})])
+    router = Router()
+    result, record, theirs, made = grouped(tmp_path, monkeypatch, head, follower, router)
+    assert result["failed"] and result["failed_step"] == "Wait until every node of the serving group runs the " \
+        "intended settings (its head serves)"
+    assert "serving group g: node gpu-2 (rank 1) failed, so the group cannot serve" in result["msg"]
+    assert "CUDA error" in result["msg"]
+    assert record["status"] == "reverted" and theirs["status"] == "reverted" and theirs["in_router"] is None
+    assert router.calls == ["absent", "present"]  # the head back once the reverted group was verified
+    stops = [args["state"] for name, args in head.calls + follower.calls if name == "systemd_service"]
+    assert stops.count("stopped") == 4 and stops.count("started") == 4  # the change, then the revert
+    assert follower.holds()[-1] == "failed"
+
+
+def test_a_groups_follower_missing_from_the_run_is_refused(tmp_path, shown, monkeypatch):
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda *a, **k: type("R", (), {"close": lambda self: None})())
+    with pytest.raises(Exception, match="gpu-2 \\(rank 1 of serving group g\\) has no drift check"):
+        act(tmp_path, Host(), Router(), monkeypatch=monkeypatch, prepared={"group": dict(GROUP, rank=0)},
+            hostvars={})

@@ -535,3 +535,58 @@ def test_journalds_drop_in_and_the_paths_of_the_roles_files():
     assert _args.unit_paths({"sglang_unit_name": "llm-a.service"}) == {
         "unit": "/etc/systemd/system/llm-a.service",
         "journald": "/etc/systemd/journald.conf.d/50-gpufleet-llm-a.conf"}
+
+
+# ----------------------------------------------------------------------- a node of a serving group
+
+HEAD = ["--nnodes", "2", "--node-rank", "0", "--dist-init-addr", "10.0.0.1:50000", "--dist-timeout", "900"]
+FOLLOWER = ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:50000"]
+
+
+def test_a_nodes_arguments_follow_the_settings_and_come_before_the_config_file():
+    args = build_args(k26(sglang_api_key=KEY, sglang_extra_args={"--trust-remote-code": True}), "0.5.23",
+                      FOLLOWER)
+    assert args[-2:] == ["--config", "/etc/sglang/sglang.yaml"]
+    assert args[-2 - len(FOLLOWER):-2] == FOLLOWER
+    assert args.index("--trust-remote-code") < args.index("--nnodes")
+    assert build_args(k26(), "0.5.23", None) == build_args(k26(), "0.5.23", []) == build_args(k26(), "0.5.23")
+
+
+def test_the_head_keeps_the_full_intent_and_a_follower_only_its_command_line_and_environment():
+    head = _args.build_intent(k26(), "0.5.23", HEAD)
+    assert head["expect"] == _args.build_expect(k26(), "0.5.23") and head["config_line"] == "required"
+    assert "follower" not in head and head["command"][-len(HEAD):] == HEAD
+    follower = _args.build_intent(k26(sglang_environment={"A": "1"}), "0.5.23", FOLLOWER)
+    assert follower == {"expect": {}, "config_line": "optional", "follower": True, "environment": {"A": "1"},
+                        "command": _args.build_command(k26(sglang_environment={"A": "1"}), "0.5.23", FOLLOWER)}
+    assert _args.intended_server_info(k26(), "0.5.23", FOLLOWER) is None
+    assert _args.intended_server_info(k26(), "0.5.23", HEAD) == _args.intended_server_info(k26(), "0.5.23")
+
+
+def test_a_nodes_unit_runs_its_flags_with_kill_mode_mixed_and_a_single_server_control_group():
+    settings = k26(sglang_user="sglang", sglang_group="sglang", sglang_unit_name="sglang.service")
+    node = _args.render_unit(settings, "0.5.23", node=FOLLOWER)
+    assert '"--node-rank" \\\n    "1"' in node and "KillMode=mixed" in node
+    single = _args.render_unit(settings, "0.5.23")
+    assert "--node-rank" not in single and "KillMode=control-group" in single
+
+
+@pytest.mark.parametrize("node, rank, follower", [
+    (None, None, False), ([], None, False), (HEAD, 0, False), (FOLLOWER, 1, True)])
+def test_a_nodes_rank_and_whether_it_follows(node, rank, follower):
+    assert _args.node_rank(node) == rank and _args.is_follower(node) is follower
+
+
+@pytest.mark.parametrize("node", [["--nnodes", "2"], ["--node-rank", "1"], ["--nnodes", "2", "--node-rank"],
+                                  ["--nnodes", "2", "--node-rank", "1", "--port", "1"], "--nnodes 2",
+                                  ["--nnodes", "2", "--node-rank", "one"]])
+def test_node_arguments_other_than_a_groups_flags_are_refused(node):
+    with pytest.raises(SettingsError, match="node"):
+        _args.node_rank(node)
+
+
+@pytest.mark.parametrize("flag", ["--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr",
+                                  "--dist-timeout", "--node-r"])
+def test_extra_args_may_not_set_a_flag_a_serving_group_derives(flag):
+    with pytest.raises(SettingsError, match=r"serving group.*sglang_node_rank"):
+        validate(k26(sglang_extra_args={flag: "1"}))

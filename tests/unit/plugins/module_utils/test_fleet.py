@@ -231,3 +231,33 @@ def test_other_settings_replace_a_dead_run_that_changed_nothing_yet_and_a_releas
     with pytest.raises(_fleet.PlanError, match="never reopened"):
         _fleet.plan(HOSTS, facts(**{"gpu-2": fact(2, lease=dead_lease(released=True))}),
                     dict(REQUEST, requested="r-old"))
+
+
+GROUPS = {"g": {"head": "gpu-1", "followers": ["gpu-2"]}}
+
+
+def test_a_serving_group_whose_follower_differs_is_changed_as_one_and_names_why():
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, in_sync=True), "gpu-2": fact(2, listed=False, router=False),
+                                          "gpu-3": fact(3, in_sync=True)}), REQUEST)["hosts"]
+    _fleet.group_plan(planned, GROUPS)
+    assert [planned[host]["action"] for host in HOSTS] == ["apply", "apply", "keep"]
+    assert planned["gpu-1"]["reason"] == "serving group g restarts as one (gpu-2: settings differ)"
+    assert (planned["gpu-1"]["group"], planned["gpu-2"]["head"]) == ("g", "gpu-1") and "group" not in planned["gpu-3"]
+    assert not planned["gpu-1"].get("stay_out")
+
+
+def test_a_serving_group_in_sync_is_kept_and_one_left_mid_change_is_recovered():
+    in_sync = facts(**{"gpu-1": fact(1, in_sync=True), "gpu-2": fact(2, in_sync=True, listed=False, router=False)})
+    planned = _fleet.plan(HOSTS, in_sync, REQUEST)["hosts"]
+    assert [_fleet.group_plan(planned, GROUPS)[host]["action"] for host in HOSTS[:2]] == ["keep", "keep"]
+    in_sync["gpu-2"] = fact(2, in_sync=True, listed=False, router=False, record=left(run="r-new"))
+    planned = _fleet.plan(HOSTS, in_sync, dict(REQUEST, session="s-new"))["hosts"]
+    assert [_fleet.group_plan(planned, GROUPS)[host]["action"] for host in HOSTS[:2]] == ["recover", "recover"]
+
+
+def test_a_groups_head_an_operator_took_out_is_changed_with_its_group_and_left_out():
+    planned = _fleet.plan(HOSTS, facts(**{"gpu-1": fact(1, in_sync=True, listed=False),
+                                          "gpu-2": fact(2, listed=False, router=False)}), REQUEST)["hosts"]
+    assert planned["gpu-1"]["action"] == "left_out"
+    _fleet.group_plan(planned, GROUPS)
+    assert planned["gpu-1"]["action"] == "apply" and planned["gpu-1"]["stay_out"] is True

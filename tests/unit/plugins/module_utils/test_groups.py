@@ -4,7 +4,7 @@
 import pytest
 
 from ansible_collections.gpufleet.inference.plugins.module_utils._groups import (
-    DEFAULT_DIST_INIT_PORT, GroupError, check_whole, group_of, members, node_args, router_worker,
+    DEFAULT_DIST_INIT_PORT, GroupError, check_whole, group_of, members, node_args, node_differences, router_worker,
     serving_groups, split_groups)
 
 COMMON = {
@@ -301,3 +301,33 @@ def test_the_example_inventory_has_one_valid_two_node_group():
         "--dist-timeout", "900"]
     assert [h for h in hostvars if router_worker(groups, h)] == [
         h for h in hostvars if h != "gpu-c02.example.internal"]
+
+
+def test_a_group_judged_among_some_hosts_knows_every_inventory_group_it_is_told_of():
+    some = dict((name, variables) for name, variables in fleet().items() if name.startswith("b-"))
+    some["b-head"]["sglang_serving_groups"] = ["k26_b", "k26_elsewhere"]
+    with pytest.raises(GroupError, match="names 'k26_elsewhere', which is no inventory group"):
+        serving_groups(some)
+    groups = serving_groups(some, inventory_groups=["gpu", "k26_b", "k26_elsewhere"])
+    assert list(groups) == ["k26_b"]
+
+
+HEAD_ARGV = ["/opt/sglang/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "/m", "--host", "10.0.0.1",
+             "--speculative-draft-window-size", "2048", "--nnodes", "2", "--node-rank", "0",
+             "--dist-init-addr", "10.0.0.1:50000"]
+
+
+def test_a_node_running_its_heads_arguments_but_its_own_rank_and_address_differs_in_nothing():
+    node = [word.replace("10.0.0.1", "10.0.0.2") if word == "10.0.0.1" else word for word in HEAD_ARGV]
+    node[node.index("--node-rank") + 1] = "1"
+    assert node_differences(HEAD_ARGV, node) == []
+
+
+def test_a_node_running_other_arguments_than_its_head_is_named_flag_by_flag():
+    node = list(HEAD_ARGV)
+    node[node.index("--speculative-draft-window-size") + 1] = "1024"
+    node[node.index("--dist-init-addr") + 1] = "10.9.9.9:50000"
+    assert node_differences(HEAD_ARGV, node) == [
+        {"key": "--dist-init-addr", "expected": "10.0.0.1:50000", "observed": "10.9.9.9:50000"},
+        {"key": "--speculative-draft-window-size", "expected": "2048", "observed": "1024"}]
+    assert node_differences(HEAD_ARGV, HEAD_ARGV[:5])[0]["observed"] is None

@@ -76,6 +76,8 @@ def test_the_waits_arguments_are_built_in_one_place():
     by_file = hp.wait_args(SETTINGS, "http://h:1", {}, api_key="k", api_key_file="/etc/sglang/old.yaml")
     assert by_file["api_key_file"] == "/etc/sglang/old.yaml" and "api_key" not in by_file
     assert "after_invocation" not in by_file and by_file["expect"] == {}
+    assert "follower" not in args  # a server's wait, and a follower node's (its intent says so)
+    assert hp.wait_args(SETTINGS, "http://h:1", dict(INTENT, follower=True))["follower"] is True
 
 
 def test_apply_installs_and_restarts_in_one_run_then_waits_for_the_new_process():

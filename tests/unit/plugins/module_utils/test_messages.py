@@ -166,3 +166,11 @@ def test_completeness_reasons():
     incomplete = msgs.completeness_reason("incomplete", [], UNIT, NEW, "/var/lib/r")
     assert incomplete == ("nothing that SGLang logs after its config line has reached the journal yet, so it cannot "
                           "be told whether journald dropped the line")
+
+
+def test_a_followers_pass_says_what_its_own_evidence_is_and_that_the_head_serves_for_the_group():
+    text = msgs.follower_passed("sglang.service", NEW, "compared its command line", 10)
+    assert text == ("sglang.service: invocation %s joined its serving group as a follower node (its journal: every "
+                    "local scheduler ready and stayed up for min_ready_seconds 10 since; compared its command line; "
+                    "the head's /generate is the group's)" % NEW)
+    assert "stayed up" not in msgs.follower_passed("sglang.service", NEW, "x", 0)

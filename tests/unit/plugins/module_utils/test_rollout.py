@@ -103,6 +103,17 @@ def test_table_one_line_per_host():
     assert "draft_window_size=2048, block_size=16, compact_cache=True" in lines[2]
 
 
+def test_a_serving_groups_node_is_recorded_with_its_group_and_shown_as_its_node():
+    record = ro.build_record("gpu-c02", "prepared", {"drift": {"invocation_id": "i"}, "plan": {
+        "action": "apply", "group": "k26_2node", "head": "gpu-c01"}}, {"run_id": "r"})
+    assert record["group"] == {"name": "k26_2node", "head": "gpu-c01"} and record["status"] == "pending"
+    head = dict(record, host="gpu-c01", observed={"draft_window_size": 2048})
+    lines = ro.table([dict(record, status="updated"), head]).splitlines()
+    assert lines[1].startswith("gpu-c01") and lines[1].endswith("draft_window_size=2048")
+    assert lines[2].startswith("gpu-c02") and lines[2].endswith("node of k26_2node (head gpu-c01)")
+    assert "group" not in ro.build_record("gpu-1", "prepared", {"plan": {"action": "keep"}}, {"run_id": "r"})
+
+
 def test_an_unverified_process_is_never_recorded_as_verified_or_unchanged():
     """sglang_verify off: the verification is `not_verified` with no invocation; whether the host
     changed is what the step did (restarted), never a comparison with the OLD invocation."""

@@ -44,6 +44,12 @@ def entries_of(messages, invocation=NEW):
     ('[2026-11-29 10:00:00] INFO:     127.0.0.1:5 - "POST /generate HTTP/1.1" 200 OK', ("port_open", None)),
     ("\rLoading safetensors checkpoint shards:  6% Completed | 1/16\rLoading safetensors checkpoint shards:  12% "
      "Completed | 2/16", ("loading_weights", "shard 2/16 (12%)")),
+    # a node of a serving group: where every rank waits for the others; a follower's last line (it joined)
+    ("[2026-11-29 10:00:00 TP8] Init parallel begin.", ("rendezvous", None)),
+    ("[2026-11-29 10:00:00 TP0] Init torch distributed begin.", ("rendezvous", None)),
+    ("[2026-11-29 10:00:00] Dummy health check server started in background thread at 10.0.0.2:30000",
+     ("joined", None)),
+    ("[2026-11-29 10:00:00] Receive: obj=GenerateReqInput(text='Dummy health check server started')", None),
     ("[2026-11-29 10:00:00 TP0] something else", None),
     ("", None),
     # request logs quote user text: a phase's words inside them are not that phase
@@ -228,3 +234,16 @@ def test_look_back_when_the_journal_cannot_be_read():
     found = st.look_back(host, NEW)
     assert found.receipt is None and found.entries == []
     assert found.note == "could not search the journal of invocation %s: journalctl failed (rc=1): Permission denied" % NEW
+
+
+def test_a_follower_is_joined_when_it_logs_that_its_schedulers_are_ready_with_the_journals_own_time():
+    log = st.StartupLog()
+    log.feed(entries_of(["[2026-11-29 10:00:00] server_args={'node_rank': 1}", "[ts TP1] Init parallel begin.",
+                         "[2026-11-29 10:00:00 TP1] Init parallel begin."]))
+    assert log.phase == "rendezvous" and log.joined_at is None
+    joined = entries_of(["[2026-11-29 10:00:09] Dummy health check server started in background thread at h:1"])
+    joined[0].realtime_usec = 1764410409500000
+    log.feed(joined)
+    assert log.phase == "joined" and log.joined_at == 1764410409.5
+    assert st.StartupLog(log.to_state()).joined_at == 1764410409.5
+    assert re.search(st.GREP_PATTERN, joined[0].message)  # a running follower's look-back finds it

@@ -708,3 +708,85 @@ def test_a_note_about_what_could_not_be_read_is_said_once():
     outcome, result, w = run(host, journal_grace=3)
     assert outcome.verdict == jd.UNVERIFIED
     assert result["notes"] == ["could not look for journald suppression notices: journalctl failed (rc=1)"]
+
+
+# --------------------------------------------------------------------------- a follower node of a serving group
+
+JOINED = "[2026-11-29 10:00:04] Dummy health check server started in background thread at 127.0.1.12:30000"
+FOLLOWER_STARTUP = ["[2026-11-29 10:00:00] server_args={'nnodes': 2, 'node_rank': 1}",
+                    "[2026-11-29 10:00:00 TP1] Init parallel begin.",
+                    "[2026-11-29 10:00:02 TP1] Init parallel ends. elapsed=2.00 s",
+                    "[2026-11-29 10:00:02 TP1] Load weight begin. avail mem=78.50 GB",
+                    "[2026-11-29 10:00:03 TP1] Load weight end. elapsed=1.00 s",
+                    JOINED]
+FOLLOWER_COMMAND = COMMAND + ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "127.0.1.11:50000"]
+
+
+def follower_journal(start=2.0, lines=None, step=0.4):
+    """The follower's lines (FOLLOWER_STARTUP unless given), each with journald's own timestamp (the host's clock)."""
+    from fakes import WALL0
+    lines = FOLLOWER_STARTUP if lines is None else lines
+    return [(start + index * step, entry(line, __REALTIME_TIMESTAMP=str(int((WALL0 + start + index * step) * 1e6))))
+            for index, line in enumerate(lines)]
+
+
+def follower_host(**kwargs):
+    kwargs.setdefault("states", STARTED)
+    kwargs.setdefault("journal", {NEW: follower_journal()})
+    kwargs.setdefault("port", [])  # a follower's HTTP is never looked at
+    kwargs.setdefault("generate", [])
+    kwargs.setdefault("cmdline", FOLLOWER_COMMAND)
+    return FakeHost(**kwargs)
+
+
+def follower_waiter(host, after=OLD, resume=None, command=FOLLOWER_COMMAND, **policy):
+    policy.setdefault("timeout", 60)
+    policy.setdefault("min_ready_seconds", 3)
+    intent = ev.Intent({}, "optional", command, None, follower=True)
+    return wait.Waiter(host, "sglang.service", intent, jd.Policy(**policy), after_invocation=after, resume=resume)
+
+
+def test_a_follower_passes_on_its_own_journal_after_settling_since_it_joined_without_any_http_request():
+    host = follower_host()
+    w = follower_waiter(host)
+    outcome = w.run()
+    result = w.result()
+    assert outcome.verdict == jd.PASS, outcome.message
+    assert "joined its serving group as a follower node" in outcome.message
+    assert "stayed up for min_ready_seconds 3" in outcome.message and "its command line" in outcome.message
+    assert "generate" not in host.calls and "port_open" not in result["phases"]
+    joined_at = 2.0 + 5 * 0.4
+    assert host.now >= joined_at + 3 and result["phases"]["joined"]["elapsed"] >= joined_at
+    assert result["verified"] and result["source"] == "journal" and host.written == []  # no config line: no receipt
+
+
+def test_a_follower_that_never_joins_times_out_naming_where_it_waits():
+    host = follower_host(journal={NEW: follower_journal(lines=FOLLOWER_STARTUP[:2])})
+    outcome = follower_waiter(host, timeout=15).run()
+    assert outcome.verdict == jd.TIMEOUT
+    assert "distributed init (waiting for every rank to join); not joined its serving group yet" in outcome.message
+
+
+def test_a_follower_other_arguments_than_intended_is_a_mismatch():
+    host = follower_host(cmdline=COMMAND + ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.9.9.9:50000"])
+    outcome = follower_waiter(host).run()
+    assert outcome.verdict == jd.MISMATCH and "10.9.9.9:50000" in outcome.message
+
+
+def test_a_follower_that_dies_after_joining_fails_with_its_journal_tail():
+    lines = FOLLOWER_STARTUP + ["[2026-11-29 10:00:05] Scheduler or DataParallelController 77 terminated with -9"]
+    states = STARTED + [(5.0, unit_state(NEW, "inactive", "dead"))]
+    host = follower_host(journal={NEW: follower_journal(lines=lines)}, states=states)
+    w = follower_waiter(host, min_ready_seconds=10)
+    outcome = w.run()
+    assert outcome.verdict == jd.DIED and "terminated with -9" in outcome.message
+    assert w.result()["journal_tail"][-1].endswith("terminated with -9")
+
+
+def test_a_running_follower_that_joined_long_ago_is_verified_without_settling_again():
+    host = follower_host(states=[(0.0, unit_state(NEW))], journal={NEW: follower_journal(start=0.0, step=0.1)})
+    host.now = 100.0
+    w = follower_waiter(host, after=None, min_ready_seconds=10)
+    outcome = w.run()
+    assert outcome.verdict == jd.PASS, outcome.message
+    assert host.now < 105

@@ -180,6 +180,7 @@ def test_defaults(monkeypatch):
     assert params["receipt_dir"] == "/var/lib/gpufleet-inference/receipts"
     waiter = sglang_ready.build_waiter(module, FakeHost(states=[(0.0, unit_state(NEW))]))
     assert waiter.state.tracker.after is None and waiter.intent.mode == "optional"  # verifies the running one
+    assert waiter.intent.follower is False  # a server, proven over HTTP
     assert waiter.policy.write_receipt is True and waiter.policy.journal_grace == 35
 
 
@@ -188,11 +189,12 @@ def test_build_waiter_maps_every_parameter(monkeypatch):
         "after_invocation": OLD, "expect": {"draft_window_size": "2048"}, "config_line": "optional",
         "command": COMMAND, "environment": {"A": 1}, "timeout": 30, "min_ready_seconds": 2, "poll_interval": 0.5,
         "request_timeout": 7, "crash_loop_restarts": 2, "journal_grace": 9, "accept_unverified": True,
-        "write_receipt": True}, check_mode=True)
+        "write_receipt": True, "follower": True}, check_mode=True)
     waiter = sglang_ready.build_waiter(module, FakeHost(states=[(0.0, unit_state(NEW))]))
     assert waiter.state.tracker.after == OLD and waiter.policy.crash_loop_restarts == 2
     assert waiter.intent.expect == {"draft_window_size": 2048} and waiter.intent.mode == "optional"
     assert waiter.intent.command == COMMAND and waiter.intent.environment == {"A": "1"}
+    assert waiter.intent.follower is True
     policy = waiter.policy
     assert (policy.timeout, policy.min_ready_seconds, policy.tick, policy.request_timeout, policy.journal_grace) == (
         30, 2, 0.5, 7, 9)
