@@ -127,6 +127,10 @@ def build(dest: Path) -> Path:
     run([BIN / "antsibull-docs", "--config-file", src / "antsibull-docs.cfg", "collection", "--use-current",
          "--cleanup", "everything", "--dest-dir", rst, "gpufleet.inference"], env=env)
     (rst / "index.rst").write_text(INDEX)
+    # antsibull-docs copies the guide's pages, not the images they show
+    images = REPO / "docs" / "docsite" / "rst" / "images"
+    if images.is_dir():
+        shutil.copytree(images, rst / "collections" / "gpufleet" / "inference" / "docsite" / "images")
     run([BIN / "sphinx-build", "-b", "html", "-c", src, "-W", "--keep-going", "-q", rst, dest / "html"], env=env)
     index = dest / "html" / "index.html"
     if not index.is_file():

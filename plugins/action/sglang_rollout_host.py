@@ -65,6 +65,7 @@ def _summary(analysis):
     return {"verdict": analysis.get("verdict"), "message": analysis.get("message"),
             "baseline": (analysis.get("baseline") or {}).get("name"), "report": analysis.get("report")}
 
+
 ARGUMENT_SPEC = dict(
     run=dict(type="dict", required=True),
     lease=dict(type="dict", required=True),

@@ -223,8 +223,8 @@ class Analysis(object):
         router_error = router_error or router_error_after
         sides = dict((role, side_samples(rounds[role], results[role])) for role in self.targets)
         verdict = _canary_judge.judge(sides[CANARY], sides[BASELINE], self.thresholds,
-                               {"rounds": self.rounds, "num_prompts": self.workload["num_prompts"],
-                                "max_concurrency": self.workload["max_concurrency"]})
+                                      {"rounds": self.rounds, "num_prompts": self.workload["num_prompts"],
+                                       "max_concurrency": self.workload["max_concurrency"]})
         for row in verdict["metrics"]:
             row["spread"] = spread(row, sides)
         traffic = traffic_report(self.targets, membership, router_error, counters_before, counters_after, sent)

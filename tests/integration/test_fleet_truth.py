@@ -16,16 +16,17 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 from rollout_support import (SIM_ENV, Playbook, Records, assert_records_consistent, assert_runs, describe, failures,
                              fleet_record, fleet_state, in_router, kill_group, leases, play_batches,
                              remove_workers, router_workers, worker_url)
 from rollout_support import fleet_of, lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
-from test_rollout_safety import (NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, assert_untouched, finished, names,
+from test_rollout_safety import (NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, assert_untouched, finished,
                                  rollout, wait_started)
 
 PLAN_TASK = "Plan the run from what the fleet holds (leases, records, the router's workers)"
 CAPACITY_TASK = "Check that the group keeps enough healthy workers while this batch is out"
+
+
 # ------------------------------------------------------------------ cases 2, 6, 7: an interrupted run
 
 def test_an_interrupted_run_resumes_from_another_directory_only_with_its_own_intent(
