@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -60,17 +62,7 @@ says what its verdict means and what to do.
 
 The guide:
 
-- :ref:`Install <ansible_collections.gpufleet.inference.docsite.install>`
-- :ref:`An inventory for your fleet <ansible_collections.gpufleet.inference.docsite.inventory>`
-- :ref:`Privileges <ansible_collections.gpufleet.inference.docsite.privileges>`
-- :ref:`The role and the modules in your own plays <ansible_collections.gpufleet.inference.docsite.role>`
-- :ref:`Variables <ansible_collections.gpufleet.inference.docsite.variables>`
-- :ref:`The verification contract <ansible_collections.gpufleet.inference.docsite.verification>`
-- :ref:`Rollouts that never leave a fleet worse off <ansible_collections.gpufleet.inference.docsite.rollouts>`
-- :ref:`Troubleshooting by verdict <ansible_collections.gpufleet.inference.docsite.troubleshooting>`
-- :ref:`What a run writes <ansible_collections.gpufleet.inference.docsite.outputs>`
-- :ref:`Controller tuning for large fleets <ansible_collections.gpufleet.inference.docsite.performance>`
-- :ref:`Running from AWX <ansible_collections.gpufleet.inference.docsite.awx>`
+{guide}
 
 .. toctree::
    :maxdepth: 2
@@ -106,6 +98,18 @@ collection_install = {
 '''
 
 
+def guide_list():
+    """The front page's list of the guide: every page of extra-docs.yml, in its order, by its own title."""
+    pages = yaml.safe_load((REPO / "docs" / "docsite" / "extra-docs.yml").read_text())["sections"][0]["toctree"]
+    lines = []
+    for page in pages:
+        text = (REPO / "docs" / "docsite" / "rst" / ("%s.rst" % page)).read_text().splitlines()
+        title = next(line for line, under in zip(text, text[1:]) if line.strip() and set(under) == {"="})
+        lines.append("- :ref:`%s <ansible_collections.gpufleet.inference.docsite.%s>`" % (title.replace("`", ""),
+                                                                                        page))
+    return "\n".join(lines)
+
+
 def run(argv, **kwargs):
     print("+ " + " ".join(str(a) for a in argv), flush=True)
     subprocess.run([str(a) for a in argv], check=True, **kwargs)
@@ -126,7 +130,7 @@ def build(dest: Path) -> Path:
     (src / "antsibull-docs.cfg").write_text(ANTSIBULL_CFG)
     run([BIN / "antsibull-docs", "--config-file", src / "antsibull-docs.cfg", "collection", "--use-current",
          "--cleanup", "everything", "--dest-dir", rst, "gpufleet.inference"], env=env)
-    (rst / "index.rst").write_text(INDEX)
+    (rst / "index.rst").write_text(INDEX.replace("{guide}", guide_list()))
     # antsibull-docs copies the guide's pages, not the images they show
     images = REPO / "docs" / "docsite" / "rst" / "images"
     if images.is_dir():

@@ -113,7 +113,8 @@ def test_the_index_renders_with_the_guide_and_the_collection(site, chromium, tmp
     dom = rendered(chromium, site / "index.html", tmp_path / "profile")
     text = visible_text(dom)
     assert "Roll SGLang inference servers across GPU fleets" in text, text[:2000]
-    for entry in ("Install", "Troubleshooting by verdict", "Variables", "The verification contract"):
+    for entry in ("Install", "Troubleshooting by verdict", "Variables", "The verification contract", "Canary analysis",
+                  "Multi-node serving groups", "Running from AWX"):  # every page of extra-docs.yml, by its title
         assert entry in text, (entry, text[:3000])
     assert 'href="collections/gpufleet/inference/index.html"' in dom, dom[:3000]
     RESULTS.mkdir(parents=True, exist_ok=True)
