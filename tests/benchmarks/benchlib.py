@@ -361,7 +361,8 @@ def server_settings(window: int, load: float, settle: float, import_seconds: flo
 
 def rollout(extra: dict | None = None, **kw) -> Run:
     """gpufleet.inference.rollout on the benchmark lab, its records under .build/bench/results."""
-    extra_vars = {"rollout_results_dir": str(RESULTS_DIR)}
+    # P3-P5 measure the rollout's own cost; the canary analysis benchmarks on purpose (bench_canary.py measures it)
+    extra_vars = {"rollout_results_dir": str(RESULTS_DIR), "rollout_analysis": False}
     extra_vars.update(extra or {})
     return playbook(ROLLOUT, extra_vars=extra_vars, **kw)
 
