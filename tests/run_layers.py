@@ -202,12 +202,12 @@ def with_lab(settings: dict, body) -> Outcome:
 
 def layer_integration() -> Outcome:
     def integration(env):
-        return pytest_layer("integration", ["tests/integration", "--ignore", GROUPS_TESTS],
+        return pytest_layer("integration", ["tests/integration", "--ignore", GROUPS_TESTS, "--durations=30"],
                             {k: env[k] for k in INTEGRATION_LAB} | {
                                 "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
 
     def serving_groups(env):
-        return pytest_layer("integration-groups", [GROUPS_TESTS], {k: env[k] for k in GROUPS_LAB} | {
+        return pytest_layer("integration-groups", [GROUPS_TESTS, "--durations=10"], {k: env[k] for k in GROUPS_LAB} | {
             "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
     parts = [with_lab(INTEGRATION_LAB, integration), with_lab(GROUPS_LAB, serving_groups)]
     return Outcome("integration", sum(part.passed for part in parts), sum(part.failed for part in parts),

@@ -176,7 +176,7 @@ def test_the_capacity_guard_counts_the_group_and_probes_each_worker_itself(
     lab.enter(lab_hosts[2]["name"], ["systemctl", "stop", "sglang.service"])
     refused = finished(rollout(inv, tmp_path / "b", lab_hosts[:2], "-e", "rollout_min_healthy=50%", *quick))
     assert refused.rc != 0 and failures(refused.out)[0][0] == CAPACITY_TASK, refused
-    assert "of the group's 4 host(s)" in failures(refused.out)[0][2].replace("''", "'"), refused  # yaml's quoting
+    assert "of the group's 4 server(s)" in failures(refused.out)[0][2].replace("''", "'"), refused  # yaml's quoting
     lab.enter(lab_hosts[2]["name"], ["systemctl", "start", "sglang.service"])
     deadline = time.monotonic() + 60
     while not all(fleet_state(lab, [h], None)[h["name"]]["serving"] for h in lab_hosts[:3]):
