@@ -124,6 +124,28 @@ def preload():
     import urllib.request  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
 
 
+def _send(method, url, payload, headers, timeout, validate_certs):
+    """Sends one request (a JSON body when ``payload`` is not None) and returns the open answer; raises as urllib."""
+    import urllib.request  # pylint: disable=import-outside-toplevel
+    headers = dict(headers or {})
+    headers.setdefault("User-Agent", USER_AGENT)
+    data = None
+    if payload is not None:
+        data = json.dumps(payload).encode("utf-8")
+        headers["Content-Type"] = "application/json"
+    opener = _opener(validate_certs, str(url).lower().startswith("https:"))
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    return opener.open(request, timeout=max(float(timeout), 0.1))
+
+
+def _error_body(exc):
+    """The text of an HTTP error answer ("" when it cannot be read)."""
+    try:
+        return text_of(exc.read())
+    except Exception:  # pylint: disable=broad-except
+        return ""
+
+
 def open_url_transport(validate_certs=True):
     """``(method, url, payload, headers, timeout) -> Response`` over the standard library's urllib.
 
@@ -134,28 +156,15 @@ def open_url_transport(validate_certs=True):
     JSON calls do not use (client certificates, GSSAPI, netrc, unix sockets).
     """
     def transport(method, url, payload, headers, timeout):
-        import urllib.request  # pylint: disable=import-outside-toplevel
-        data = None
-        headers = dict(headers or {})
-        headers.setdefault("User-Agent", USER_AGENT)
-        if payload is not None:
-            data = json.dumps(payload).encode("utf-8")
-            headers["Content-Type"] = "application/json"
         try:
-            opener = _opener(validate_certs, str(url).lower().startswith("https:"))
-            request = urllib.request.Request(url, data=data, headers=headers, method=method)
-            resp = opener.open(request, timeout=max(float(timeout), 0.1))
+            resp = _send(method, url, payload, headers, timeout, validate_certs)
             try:
                 body = resp.read()
             finally:
                 resp.close()
             return Response(HTTP, getattr(resp, "status", None) or resp.getcode(), text_of(body))
         except HTTPError as exc:
-            try:
-                body = exc.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            return Response(HTTP, exc.code, text_of(body))
+            return Response(HTTP, exc.code, _error_body(exc))
         except URLError as exc:
             reason = exc.reason
             return _classify(reason if isinstance(reason, Exception) else exc)
@@ -200,18 +209,10 @@ def open_stream_transport(validate_certs=True):
     """``(method, url, payload, headers, timeout) -> Stream``: the request is sent and the status read;
     the body stays open for ``readline``. ``timeout`` bounds each read (seconds without a byte)."""
     def transport(method, url, payload, headers, timeout):
-        import urllib.request  # pylint: disable=import-outside-toplevel
         headers = dict(headers or {})
-        headers.setdefault("User-Agent", USER_AGENT)
         headers["Accept"] = "text/event-stream"
-        data = None
-        if payload is not None:
-            data = json.dumps(payload).encode("utf-8")
-            headers["Content-Type"] = "application/json"
         try:
-            opener = _opener(validate_certs, str(url).lower().startswith("https:"))
-            request = urllib.request.Request(url, data=data, headers=headers, method=method)
-            resp = opener.open(request, timeout=max(float(timeout), 0.1))
+            resp = _send(method, url, payload, headers, timeout, validate_certs)
             status = getattr(resp, "status", None) or resp.getcode()
             if status != 200:
                 try:
@@ -220,11 +221,7 @@ def open_stream_transport(validate_certs=True):
                     resp.close()
             return Stream(HTTP, status, handle=resp)
         except HTTPError as exc:
-            try:
-                body = exc.read()
-            except Exception:  # pylint: disable=broad-except
-                body = b""
-            return Stream(HTTP, exc.code, body=text_of(body))
+            return Stream(HTTP, exc.code, body=_error_body(exc))
         except URLError as exc:
             reason = exc.reason
             failed = _classify(reason if isinstance(reason, Exception) else exc)
