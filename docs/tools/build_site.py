@@ -105,8 +105,8 @@ def guide_list():
     for page in pages:
         text = (REPO / "docs" / "docsite" / "rst" / ("%s.rst" % page)).read_text().splitlines()
         title = next(line for line, under in zip(text, text[1:]) if line.strip() and set(under) == {"="})
-        lines.append("- :ref:`%s <ansible_collections.gpufleet.inference.docsite.%s>`" % (title.replace("`", ""),
-                                                                                        page))
+        target = "ansible_collections.gpufleet.inference.docsite.%s" % page
+        lines.append("- :ref:`%s <%s>`" % (title.replace("`", ""), target))
     return "\n".join(lines)
 
 
