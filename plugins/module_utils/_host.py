@@ -148,6 +148,9 @@ class Host(object):
     def tail(self, invocation_id, lines):
         return self._journal(invocation_id).tail(lines)
 
+    def systemd_notes(self, invocation_id):
+        return self._journal(invocation_id).systemd_notes()
+
     def journal_storage(self):
         """journald's Storage= setting (none, volatile, persistent, auto), or None when it cannot be read."""
         rc, out, dummy = self.runner.run([self.runner.bin("systemd-analyze"), "cat-config", "systemd/journald.conf"])

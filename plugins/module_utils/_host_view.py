@@ -72,7 +72,7 @@ class HostView(object):
             journal_lines=tuple(journal.log.config_lines), receipt=journal.receipt, receipt_path=self.host.receipt_path,
             start_seen=journal.log.start_seen, after_config_seen=journal.log.after_config_seen,
             lines_seen=journal.log.lines_seen, joined_at=journal.log.joined_at, startup=journal.log.describe(),
-            exit_info=journal.log.exit,
+            exit_info=journal.log.exit, stop_job=journal.log.stop_job,
             tail=tuple(journal.tail), generate=found.generate,
             generate_elapsed=state.phases.get("generate", {}).get("elapsed"), launched=found.launched,
             evidence=found.evidence, notes=tuple(state.notes), phase=state.phase, last_error=self.read_error,

@@ -124,6 +124,7 @@ class InvocationLog(object):
                 if not self.log.lines_seen:
                     self._read_landmarks(invocation_id)
                 self.read_tail(invocation_id)
+                self._read_systemd_notes(invocation_id)
                 return
             self.follow(invocation_id, from_start=self.cursor is None)
         deadline = self.host.clock() + FLUSH_SECONDS  # the last lines and systemd's exit notes may lag
@@ -136,6 +137,14 @@ class InvocationLog(object):
             self._take(entries)
             if any(entry.from_systemd and any(note in entry.message for note in _EXIT_NOTES) for entry in entries):
                 return
+        self.log.take_events()
+
+    def _read_systemd_notes(self, invocation_id):
+        """How systemd saw it end (exit status, result, a stop job someone asked for)."""
+        try:
+            self.log.feed(self.host.systemd_notes(invocation_id))
+        except JournalError as exc:
+            self.note("could not read systemd's notes about invocation %s: %s" % (invocation_id, exc))
         self.log.take_events()
 
     def _read_landmarks(self, invocation_id):

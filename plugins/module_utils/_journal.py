@@ -109,6 +109,13 @@ class InvocationJournal(object):
         """The invocation's newest `lines` messages."""
         return [entry.message for entry in self._query(self._base() + ["-n", str(lines)])]
 
+    def systemd_notes(self, lines=10):
+        """PID 1's newest notes about the invocation (started, stopping, exit status, result): matched on
+        ``_PID=1``, which journald sets; ``INVOCATION_ID=`` alone any client may write."""
+        argv = [self.journalctl, "_PID=1", "INVOCATION_ID=%s" % self.invocation_id, "-o", "json", "--all",
+                "--no-pager", "-q", "-n", str(lines)]
+        return [entry for entry in self._query(argv) if entry.from_systemd]
+
     def last_cursor(self):
         """The cursor of the invocation's newest entry, or None when it has logged nothing yet."""
         entries = self._query(self._base() + ["-n", "1"])

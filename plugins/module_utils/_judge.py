@@ -121,7 +121,6 @@ class Snapshot:
     deaths: int = 0                     # restarts by systemd counted since `after` (tolerated ones included)
     unit_state: object = None           # _systemd.UnitState at the last look, None before the first
     unit_stale: bool = False            # systemd logged about the invocation after that look
-    last_error: str | None = None       # why reading systemd or the journal fails (until a read succeeds)
     last_error: str | None = None       # why the last read of systemd or the journal failed
     # what its journal (or a receipt of its earlier verification) showed
     journal_lines: tuple = ()           # its rank-0 config lines from the journal (dicts of _config_line)
@@ -133,6 +132,7 @@ class Snapshot:
     joined_at: float | None = None      # when a follower node logged that it joined its group (host's epoch)
     startup: str = "starting"           # its startup phase in words
     exit_info: str | None = None        # how it ended, from systemd's notes in its journal
+    stop_job: str | None = None         # stop/restart: PID 1 logged a job stopping it (asked for, not a crash)
     tail: tuple = ()                    # its last lines (the crashed one's, after CRASHED_TAIL)
     # what the wait established
     generate: dict | None = None        # the first good /generate answer
@@ -214,7 +214,8 @@ def _which_invocation(snap):
     if snap.invocation_id:
         return None
     if snap.verify_only:
-        if state.invocation_id and (state.running or state.crashed):
+        # a unit someone stopped is not running, not dead: only a crashed one has an end to explain
+        if state.invocation_id and (state.running or (state.crashed and not state.stopped)):
             return _ask(snap, FOLLOW)
         return _done(NOT_ACTIVE, "%s is not running: %s" % (snap.unit, state.describe()))
     if state.invocation_id and state.invocation_id != snap.after:
@@ -288,6 +289,13 @@ def _ending(snap):
                                                   snap.policy.crash_loop_restarts))
     if READ_TO_END not in snap.looks:
         return _watching(snap, look=READ_TO_END)
+    if verdict == DIED and snap.stop_job:
+        stopped = "stopped by a %s job of systemd (systemctl %s, or a shutdown), not crashed" % (
+            snap.stop_job, snap.stop_job)
+        if snap.verify_only:
+            return _done(NOT_ACTIVE, "%s is not running: %s (invocation %s, %s)" % (
+                snap.unit, stopped, snap.invocation_id, snap.unit_state.how_it_ended()))
+        how = "%s: %s" % (how, stopped)
     phase = snap.startup if snap.lines_seen else snap.phase
     if snap.generate is not None:
         phase = "settling after its first good /generate" if snap.policy.min_ready_seconds > 0 else "serving"

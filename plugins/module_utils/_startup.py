@@ -90,6 +90,9 @@ def classify(line):
     return None
 
 
+_STOP_JOBS = ("stop", "restart")
+
+
 class StartupLog(object):
     """Facts about one invocation, fed with its journal entries in order; serialisable.
 
@@ -97,12 +100,14 @@ class StartupLog(object):
     start. ``after_config_seen``: a line that SGLang logs after the config line's place (warmup,
     uvicorn, access log, our own /generate) is in the journal, so journald stored that stretch or
     wrote its "Suppressed" notice before it. ``config_lines``: every rank-0 config line.
+    ``stop_job``: ``stop`` or ``restart`` when PID 1 logged a job of that type stopping it (an operator's
+    ``systemctl stop``/``restart``, a shutdown): an end that was asked for, not a crash.
     ``joined_at``: when a follower node logged that it joined its serving group (epoch seconds, the
     journal's own timestamp), None before.
     """
 
     FIELDS = ("phase", "detail", "start_seen", "after_config_seen", "config_lines", "exit",
-              "systemd_messages", "lines_seen", "joined_at")
+              "systemd_messages", "lines_seen", "joined_at", "stop_job")
 
     def __init__(self, state=None):
         state = state or {}
@@ -115,6 +120,7 @@ class StartupLog(object):
         self.systemd_messages = list(state.get("systemd_messages", []))
         self.lines_seen = state.get("lines_seen", 0)
         self.joined_at = state.get("joined_at")
+        self.stop_job = state.get("stop_job")
         self.events = []  # (phase, detail) changes since the caller last took them
 
     def to_state(self):
@@ -162,6 +168,8 @@ class StartupLog(object):
 
     def _systemd(self, entry):
         fields = entry.fields
+        if fields.get("JOB_TYPE") in _STOP_JOBS:  # "Stopping/Stopped <unit>" of a job someone asked for
+            self.stop_job = fields["JOB_TYPE"]
         if fields.get("EXIT_CODE") or fields.get("EXIT_STATUS"):
             self.exit = describe_exit(fields.get("EXIT_CODE"), fields.get("EXIT_STATUS")) or "code=%s, status=%s" % (
                 fields.get("EXIT_CODE", "?"), fields.get("EXIT_STATUS", "?"))

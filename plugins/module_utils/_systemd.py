@@ -107,6 +107,11 @@ class UnitState(object):
         """The main process ended: failed, inactive, or waiting for Restart= (auto-restart)."""
         return self.active_state in ("failed", "inactive") or self.sub_state.startswith("auto-restart")
 
+    @property
+    def stopped(self):
+        """Inactive after a clean end (Result success): stopped on purpose, or exited 0 - not a crash."""
+        return self.active_state == "inactive" and self.result == "success"
+
     def how_it_ended(self):
         """'code=killed, status=9/KILL, Result signal' (what systemd knows about the end)."""
         parts = [self.exit] if self.exit else []

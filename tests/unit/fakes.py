@@ -246,6 +246,10 @@ class FakeHost(object):
         return [item.message for at, item in self.journal.get(invocation_id, []) if at <= self.now
                 and not item.from_systemd][-lines:]
 
+    def systemd_notes(self, invocation_id):
+        self.calls.append("systemd_notes:%s" % invocation_id)
+        return [item for at, item in self.journal.get(invocation_id, []) if at <= self.now and item.from_systemd][-10:]
+
     def journal_storage(self):
         self.calls.append("journal_storage")
         return self.storage

@@ -47,6 +47,7 @@ RESTARTED_BEFORE = [{"invocation_id": NEW, "n_restarts": 1,
                      "message": "sglang.service: Scheduled restart job, restart counter is at 1."}]
 AUTO_RESTART = unit_state(NEW, "activating", "auto-restart", restarts=1, pid=0, result="exit-code", code="1", status="1")
 FAILED = unit_state(NEW, "failed", "failed", pid=0, result="exit-code", code="1", status="1")
+KILLED = unit_state(NEW, "failed", "failed", pid=0, result="signal", code="2", status="9")
 FOREIGN = {"verdict": "outside", "message": "a process outside sglang.service answers on 127.0.1.11:30000: pid 9"}
 NOTICE = {"count": 4321, "message": "Suppressed 4321 messages from sglang.service", "invocation_id": NEW}
 
@@ -83,6 +84,9 @@ TABLE = [
     row("verify only: a unit that is not running is not_active",
         dict(unit_state=unit_state("", "inactive", "dead")), jd.NOT_ACTIVE, D,
         phrases=["sglang.service is not running: inactive/dead"]),
+    row("verify only: a unit stopped on purpose is not_active, not died",
+        dict(unit_state=unit_state(NEW, "inactive", "dead", pid=0, result="success")), jd.NOT_ACTIVE, D,
+        phrases=["sglang.service is not running: inactive/dead (InvocationID %s" % NEW]),
     row("the old invocation still runs: waiting, never probed", dict(after=OLD, unit_state=unit_state(OLD)), W,
         phrases=["waiting for a new invocation of sglang.service (still %s, active/running)" % OLD]),
     row("a new invocation is followed", dict(after=OLD, unit_state=unit_state(NEW, "activating", "start")), W,
@@ -113,6 +117,13 @@ TABLE = [
     row("verify only: a failed invocation died",
         like(SERVING, unit_state=FAILED, looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.DIED, D,
         phrases=["is not running (failed/failed, code=exited, status=1/FAILURE, Result exit-code)"]),
+    row("verify only: an invocation a stop job ended is not_active, not a death (0.5.11 SIGKILLs itself on stop)",
+        like(SERVING, unit_state=KILLED, stop_job="stop", looks={jd.FOLLOW: [], jd.READ_TO_END: None}), jd.NOT_ACTIVE,
+        D, phrases=["sglang.service is not running: stopped by a stop job of systemd (systemctl stop, or a "
+                    "shutdown), not crashed (invocation %s, code=killed, status=9/KILL, Result signal)" % NEW]),
+    row("a new invocation a stop job ended died, and the message says who ended it",
+        like(FOLLOWED, unit_state=KILLED, stop_job="stop", looks={jd.READ_TO_END: None}), jd.DIED, D,
+        phrases=["stopped by a stop job of systemd (systemctl stop, or a shutdown), not crashed"]),
     row("a death names the phase, the exit status once and the likely cause",
         like(FOLLOWED, unit_state=FAILED, tail=TAIL, looks={jd.READ_TO_END: None}), jd.DIED, D,
         phrases=["invocation %s ended (failed/failed, code=exited, status=1/FAILURE, Result exit-code)" % NEW,

@@ -156,6 +156,18 @@ def test_systemd_result_joins_the_exit():
     assert log.exit == "code=exited, status=1/FAILURE, Result exit-code"
 
 
+def test_a_stop_job_of_pid_1_is_an_end_that_was_asked_for():
+    log = st.StartupLog()
+    log.feed([entry("Started sglang.service - SGLang.", systemd=True, JOB_TYPE="start")])
+    assert log.stop_job is None
+    log.feed([entry("Stopping sglang.service - SGLang...", systemd=True, JOB_TYPE="stop")])
+    assert log.stop_job == "stop" and st.StartupLog(log.to_state()).stop_job == "stop"
+    # a client may write JOB_TYPE too: only PID 1's entries are systemd's
+    other = st.StartupLog()
+    other.feed([entry("Stopping sglang.service - SGLang...", JOB_TYPE="stop")])
+    assert other.stop_job is None
+
+
 def test_to_state_round_trip_through_json():
     log = st.StartupLog()
     log.feed(entries_of(STARTUP[:7]))

@@ -250,6 +250,35 @@ def test_verify_only_after_retention_without_receipt_names_retention():
     assert "journal retention" in outcome.message and host.receipt_path.rsplit("/", 1)[0] in outcome.message
 
 
+def stopped_host(stop_job):
+    """A server that ran, then ended SIGKILLed (SGLang 0.5.11 after draining a SIGTERM), with PID 1's notes."""
+    notes = [entry("Stopping sglang.service - SGLang...", systemd=True, JOB_TYPE=stop_job)] if stop_job else []
+    notes += [entry("sglang.service: Main process exited, code=killed, status=9/KILL", systemd=True,
+                    EXIT_CODE="killed", EXIT_STATUS="9"),
+              entry("sglang.service: Failed with result 'signal'.", systemd=True)]
+    journal = {NEW: timed(0.0, STARTUP, 0.01) + [(0.5, item) for item in notes]}
+    killed = unit_state(NEW, "failed", "failed", pid=0, result="signal", code="2", status="9")
+    return FakeHost(states=[(0.0, killed)], journal=journal, cmdline=COMMAND)
+
+
+def test_verify_only_of_a_unit_someone_stopped_is_not_active_whatever_its_exit():
+    host = stopped_host("stop")
+    host.now = 10.0
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == jd.NOT_ACTIVE, outcome.message
+    assert "stopped by a stop job of systemd" in outcome.message and "code=killed, status=9/KILL" in outcome.message
+    assert "systemd_notes:%s" % NEW in host.calls
+
+
+def test_verify_only_of_a_unit_that_ended_without_a_stop_job_died_with_its_last_lines():
+    host = stopped_host(None)
+    host.now = 10.0
+    outcome, result, w = run(host, after=None)
+    assert outcome.verdict == jd.DIED, outcome.message
+    assert "is not running (failed/failed, code=killed, status=9/KILL, Result signal)" in outcome.message
+    assert "Last " in outcome.message and "stop job" not in outcome.message
+
+
 def test_receipt_with_other_values_is_a_mismatch():
     receipt = {"version": 1, "unit": "sglang.service", "invocation_id": NEW, "config_lines": [
         {"line": CONFIG_512, "values": {"block_size": 16, "draft_window_size": 512, "compact_cache": True}}]}
