@@ -101,7 +101,7 @@ def forge(sh, host, invocation: str, message: str) -> None:
              "-- logger --journald" % (shlex.quote(message), shlex.quote(invocation)))
 
 
-def test_a_config_line_written_by_another_user_is_no_evidence(host, deploy, sh):
+def test_a_config_line_written_by_another_user_is_no_evidence(host, deploy, sh, record_verdict):
     # The server never logs its config line (expected: missing_config_line). While it loads, a hostile
     # user writes one in the new invocation's name.
     forged = []
@@ -129,6 +129,7 @@ def test_a_config_line_written_by_another_user_is_no_evidence(host, deploy, sh):
     assert wait["verdict"] == "missing_config_line", wait["msg"]
     assert wait["config_lines"] == [] and wait["receipt"] is None
     assert host_json(sh, host, RECEIPT) is None
+    record_verdict(wait)
 
 
 # --- 3. a request that quotes a config line ---------------------------------------------------------

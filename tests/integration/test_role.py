@@ -210,7 +210,7 @@ KEY_MARK = "KeyQZXw9"
 
 
 def test_api_key_is_in_no_process_list_and_no_result(host, apply_role, run_playbook, server_vars, sh, state_of,
-                                                     tmp_path):
+                                                     tmp_path, record_verdict):
     run, results, seconds = apply_role(host, sglang_api_key=API_KEY)
     assert run.rc == 0, run
     assert wait_result(results, host)["verdict"] == "pass"
@@ -254,7 +254,15 @@ def test_api_key_is_in_no_process_list_and_no_result(host, apply_role, run_playb
     assert info.rc == 0, info
     facts = Results(info.out).one("sglang_info", host["name"])["result"]
     assert facts["server_info"] and facts["invocation_id"] == state_of(host)["InvocationID"], facts
-    for output in (run.out, again.out, verify.out, info.out):
+    # A wait given another key is refused by the server, and says so (without either key).
+    wrong = run_playbook(ready_playbook(host["name"], expect=EXPECT_2048, timeout=20, api_key="not-the-key"),
+                         env=RUN_ENV)
+    assert wrong.rc != 0, wrong
+    refused = Results(wrong.out).one("sglang_ready", host["name"])["result"]
+    assert refused["verdict"] == "unauthorized", refused
+    assert "answers /generate with HTTP 401: the api_key does not match" in refused["msg"], refused["msg"]
+    record_verdict(refused)
+    for output in (run.out, again.out, verify.out, info.out, wrong.out):
         assert KEY_MARK not in output
     for path in verify_dir.rglob("*.json"):
         assert KEY_MARK not in path.read_text(), path
