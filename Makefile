@@ -18,7 +18,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 help:
 	@echo "make demo             bring up the lab ($(HOSTS) hosts) and run the main job on it"
 	@echo "make demo-multinode   the lab as 2 serving groups of 2 nodes and 2 single hosts, rolled with groups counted as one"
-	@echo "make test             every test layer (unit, functional, docs, sanity, lint, core-range, integration, molecule)"
+	@echo "make test             every test layer (unit, functional, docs, sanity, lint, core-range, integration, molecule, lab-cycle, conformance)"
 	@echo "make venv | lab-up HOSTS=n | lab-down | lab-status | build | ee | docs | verdict-examples | golden | bench"
 	@echo "make test-unit | test-functional | test-docs | sanity | lint | test-integration | molecule"
 

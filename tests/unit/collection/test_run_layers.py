@@ -22,6 +22,22 @@ def test_junit_counts(tmp_path):
     assert run_layers.junit_counts(tmp_path / "missing.xml") == (0, 0, 0)
 
 
+def test_every_place_that_lists_the_layers_lists_all_of_them():
+    layers = list(run_layers.LAYERS)
+    readme = (REPO / "README.md").read_text()
+    quick = next(line for line in readme.splitlines() if line.startswith("make test "))
+    table = [line.split("|")[1].strip() for line in readme.split("## Test layers", 1)[1].splitlines()
+             if line.startswith("| ") and not line.startswith("| layer")]
+    makefile = (REPO / "Makefile").read_text()
+    help_line = next(line for line in makefile.splitlines() if '"make test ' in line)
+    usage = run_layers.__doc__.split("\n\n")[1]
+    for name in layers:
+        assert name in quick, f"README's quick start omits {name}"
+        assert name in help_line, f"make help omits {name}"
+        assert name in usage, f"run_layers.py's usage omits {name}"
+    assert table == layers, f"README's table of layers: {table}, run_layers: {layers}"
+
+
 def test_main_rejects_unknown_layers(capsys):
     assert run_layers.main(["nope"]) == 2
     assert "unknown layer" in capsys.readouterr().out
