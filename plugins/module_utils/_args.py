@@ -26,7 +26,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import
 
 ALGORITHMS = ("none", "DFLASH", "EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "FROZEN_KV_MTP", "DSPARK",
               "UNO", "DDTREE")
-# The first release that knows each algorithm (SGLANG_FACTS.md). DDTREE exists in no public
+# The first release that knows each algorithm (the choices of --speculative-algorithm in SGLang's
+# srt/server_args.py, release by release). DDTREE exists in no public
 # release (an upstream pull request and private builds): the host's own parser judges it.
 ALGORITHM_SINCE = {"DFLASH": (0, 5, 11), "FROZEN_KV_MTP": (0, 5, 12), "DSPARK": (0, 5, 16), "UNO": (0, 5, 20)}
 CUSTOM_BUILD_ALGORITHMS = ("DDTREE",)
@@ -424,7 +425,7 @@ def validate(settings, version=None):
 
 
 def window_flag(version):
-    """The DFlash draft-window flag of SGLang `version` (see SGLANG_FACTS.md)."""
+    """The DFlash draft-window flag of SGLang `version` (see _flags: renamed after 0.5.11)."""
     parsed = parse_version(version)
     if parsed is None:
         raise SettingsError(f"sglang_version {version!r} is not a version like 0.5.12")

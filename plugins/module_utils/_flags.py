@@ -12,7 +12,7 @@ other code rewrites one spelling into another.
 """
 from __future__ import annotations
 
-# The draft window's flag changed names (SGLANG_FACTS.md): 0.5.11 has only the DFLASH one; 0.5.12
+# The draft window's flag changed names (SGLang's srt/server_args.py, release by release): 0.5.11 has only the DFLASH one; 0.5.12
 # adds the generic one (the old one a silent alias); 0.5.13-0.5.19 warn on the old one; 0.5.20+
 # refuse it.
 WINDOW_FLAG_OLD = "--speculative-dflash-draft-window-size"

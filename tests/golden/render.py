@@ -26,7 +26,7 @@ GOLDEN = REPO / "tests" / "golden"
 INVENTORY = REPO / "inventories" / "example" / "hosts.yml"
 VAULT_PASSWORD = REPO / "tests" / "functional" / "data" / "example-vault-password"
 DEFAULTS = REPO / "roles" / "sglang" / "defaults" / "main.yml"
-# The versions whose flags differ (SGLANG_FACTS: the draft window's flag was renamed after 0.5.11).
+# The versions whose flags differ (the draft window's flag was renamed after 0.5.11: plugins/module_utils/_flags.py).
 VERSIONS = ("0.5.11", "0.5.23")
 MANAGED = "Ansible managed"  # Ansible's default ansible_managed
 KEY_SHOWN_AS = "<sglang_api_key>"

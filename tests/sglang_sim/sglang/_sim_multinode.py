@@ -437,7 +437,7 @@ class HeadLauncher(server.Launcher):
 
     def running_phase_sigquit(self, signum, frame):
         # A rank failed: serving stops at once, the process is gone a few seconds later
-        # (measured on a real 2-node group, SGLANG_FACTS.md).
+        # (measured on a real 2-node group: tests/sglang_sim/README.md).
         if self.dying:
             return
         self.dying = True
