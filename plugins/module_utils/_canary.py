@@ -4,7 +4,7 @@
 """The canary analysis: benchmark a canary and its baseline alike, judge, report.
 
 Private to this collection: no compatibility promise. Used by the action plugin
-gpufleet.inference.sglang_canary_analysis (on the controller); docs/canary-analysis.md explains it.
+gpufleet.inference.sglang_canary_analysis (on the controller); docs/docsite/rst/canary.rst explains it.
 
 - Both hosts get the same workload (_bench): round k sends the same prompts to both. Rounds are
   interleaved canary, baseline, baseline, canary, canary, ... (ABBA), so a slow minute of the machine

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The canary judge: is the canary slower than its baseline? A pure function over both sides' samples.
 
-Private to this collection: no compatibility promise. docs/canary-analysis.md explains it for people.
+Private to this collection: no compatibility promise. docs/docsite/rst/canary.rst explains it for people.
 
 Per metric, a relative threshold AND a significance test (Kayenta's judge, R's wilcox.test):
 

@@ -140,3 +140,38 @@ def test_no_module_sent_to_a_host_imports_controller_only_code(path):
 
 def test_the_import_walk_sees_an_indirect_import():
     assert "_args" in module_utils_of(REPO / "plugins" / "module_utils" / "_hostpath.py")
+
+
+# A comment that sends the reader to a file of this repository names one that exists (no stale references).
+CITED = re.compile(r"(?<![\w/.])((?:docs|tests|plugins|roles|playbooks|meta|changelogs)/[\w./-]*\w|[A-Z][A-Z_]+\.md)\b")
+
+
+def cited_paths(text):
+    return {match.group(1) for match in CITED.finditer(text)}
+
+
+def cited_exists(cited, path):
+    """A path from the repository's root or the citing role's directory; a bare NAME.md anywhere in it."""
+    if "/" not in cited:
+        return any(found for found in REPO.rglob(cited) if ".venv" not in found.parts and ".build" not in found.parts)
+    role = next((parent for parent in path.parents if parent.parent.name == "roles"), None)
+    return (REPO / cited).exists() or (role is not None and (role / cited).exists())
+
+
+def test_every_file_the_shipped_code_cites_exists():
+    missing = {}
+    for path in CODE:
+        gone = sorted(cited for cited in cited_paths(path.read_text()) if not cited_exists(cited, path))
+        if gone:
+            missing[str(path.relative_to(REPO))] = gone
+    assert missing == {}
+
+
+def test_the_citation_rule_catches_what_it_must():
+    text = "# see SGLANG_FACTS.md and docs/canary-analysis.md, not docs/docsite/rst/canary.rst"
+    assert cited_paths(text) == {"SGLANG_FACTS.md", "docs/canary-analysis.md", "docs/docsite/rst/canary.rst"}
+    here = REPO / "plugins" / "module_utils" / "_canary.py"
+    assert [c for c in sorted(cited_paths(text)) if not cited_exists(c, here)] == ["SGLANG_FACTS.md",
+                                                                                "docs/canary-analysis.md"]
+    assert cited_exists("meta/argument_specs.yml", REPO / "roles" / "sglang" / "tasks" / "main.yml")
+    assert cited_paths("x = REPO / 'tests' / 'lab'") == set()
