@@ -237,9 +237,29 @@ def layer_docs() -> Outcome:
     return pytest_layer("docs", ["tests/docs"])
 
 
+def releases_in(claim: str, available: list[str]) -> list[str]:
+    """The final releases of `available` inside a requires_ansible claim like '>=2.19.0,<2.20.0', oldest first."""
+    def key(version):
+        return tuple(int(part) for part in version.split("."))
+    low = re.search(r">=\s*([\d.]+)", claim).group(1)
+    high = re.search(r"<\s*([\d.]+)", claim)
+    return sorted((v for v in available if re.fullmatch(r"\d+(?:\.\d+)*", v) and key(v) >= key(low)
+                   and (high is None or key(v) < key(high.group(1)))), key=key)
+
+
+def available_releases(python: Path, package: str) -> list[str]:
+    """What the package index offers this Python (pip index versions), newest first."""
+    proc = subprocess.run([python, "-m", "pip", "index", "versions", package], capture_output=True, text=True,
+                          check=False)
+    found = re.search(r"^Available versions: (.*)$", proc.stdout, flags=re.M)
+    return [v.strip() for v in found.group(1).split(",")] if found else []
+
+
 def layer_core_range() -> Outcome:
-    """Unit and sanity tests on the LOWEST ansible-core of meta/runtime.yml's requires_ansible (the
-    pinned one runs every layer): a venv of its own with the toolchain, that ansible-core in place."""
+    """The claimed ansible-core range is the tested range: unit and sanity tests on the LOWEST release of
+    meta/runtime.yml's requires_ansible, and the unit tests on every other release inside it that the
+    package index offers this Python (the pinned one runs every layer). A venv of its own with the
+    toolchain; each release is put in place in turn (--no-deps), the lowest last."""
     import yaml
     claim = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
     lowest = re.match(r">=\s*([\d.]+)", claim).group(1)
@@ -256,13 +276,32 @@ def layer_core_range() -> Outcome:
         if rc != 0:
             return Outcome("core-range", failed=1, note=f"venv with ansible-core {lowest} failed")
         stamp.write_text(wanted)
-    outcome = Outcome("core-range", note=f"ansible-core {lowest}: unit + sanity")
-    unit_xml = RESULTS / "core-range-unit.xml"
-    unit_xml.unlink(missing_ok=True)
-    rc = stream([python, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={unit_xml}", "tests/unit"],
-                env=env_with({"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"}))[0]
-    passed, failed, _skipped = junit_counts(unit_xml)
-    outcome.passed, outcome.failed = passed, failed + (1 if rc not in (0, 5) and not failed else 0)
+    pinned = re.search(r"^ansible-core==(\S+)$", pins, flags=re.M).group(1)
+    offered = available_releases(python, "ansible-core")
+    others = [v for v in releases_in(claim, offered) if v not in (lowest, pinned)]
+    outcome = Outcome("core-range")
+    unit_env = env_with({"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '')}"})
+    failed_on = []
+    for release in [*others, lowest]:  # the lowest last: sanity below runs on it, and the venv stays as stamped
+        if stream([python, "-m", "pip", "install", "--quiet", "--no-deps", f"ansible-core=={release}"])[0] != 0:
+            outcome.failed += 1
+            failed_on.append(f"{release} (install)")
+            continue
+        unit_xml = RESULTS / f"core-range-unit-{release}.xml"
+        unit_xml.unlink(missing_ok=True)
+        rc = stream([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={unit_xml}", "tests/unit"],
+                    env=unit_env)[0]
+        passed, failed, _skipped = junit_counts(unit_xml)
+        outcome.passed += passed
+        outcome.failed += failed + (1 if rc not in (0, 5) and not failed else 0)
+        if rc != 0:
+            failed_on.append(release)
+    tested = f"{others[0]}..{others[-1]}, " if others else ""
+    outcome.note = f"unit on ansible-core {tested}{lowest}; sanity on {lowest}"
+    if not offered:  # said, not failed: the pinned and the lowest release are still tested
+        outcome.note += "; the package index listed no ansible-core releases (pip index versions)"
+    if failed_on:
+        outcome.note += "; unit FAILED on " + ", ".join(failed_on)
     sanity = subprocess.run([python, str(Path(__file__)), "sanity"], cwd=REPO, check=False,
                             env=env_with({"SANITY_ROOT": os.environ.get("SANITY_ROOT", "/var/tmp/gpufleet-sanity") + f"-core-{lowest}"}))
     if sanity.returncode == 0:

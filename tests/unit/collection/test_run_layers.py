@@ -38,6 +38,12 @@ def test_every_place_that_lists_the_layers_lists_all_of_them():
     assert table == layers, f"README's table of layers: {table}, run_layers: {layers}"
 
 
+def test_core_range_takes_every_final_release_inside_the_claim():
+    available = ["2.20.0", "2.19.14", "2.19.10", "2.19.2", "2.19.1rc1", "2.19.0", "2.19.0rc2", "2.18.9"]
+    assert run_layers.releases_in(">=2.19.0,<2.20.0", available) == ["2.19.0", "2.19.2", "2.19.10", "2.19.14"]
+    assert run_layers.releases_in(">=2.19.2", available) == ["2.19.2", "2.19.10", "2.19.14", "2.20.0"]
+
+
 def test_main_rejects_unknown_layers(capsys):
     assert run_layers.main(["nope"]) == 2
     assert "unknown layer" in capsys.readouterr().out
