@@ -41,8 +41,9 @@ OTHER_INVOCATION = "0123456789abcdef0123456789abcdef"
 
 OFF_KEYS = ("sglang_speculative_draft_model_path", "sglang_speculative_num_draft_tokens",
             "sglang_speculative_draft_window_size")
-PER_HOST = ("sglang_environment", "sglang_restart", "sglang_restart_sec", "sglang_host", "sglang_min_ready_seconds",
-            "sglang_journal_rate_limit_burst", "sglang_accept_unverified", "sglang_ready_timeout")
+PER_HOST = ("sglang_environment", "sglang_restart", "sglang_restart_sec", "sglang_host", "sglang_port",
+            "sglang_min_ready_seconds", "sglang_journal_rate_limit_burst", "sglang_accept_unverified",
+            "sglang_ready_timeout")
 
 
 def drop_in_text(address: str) -> str:
@@ -198,7 +199,7 @@ class Story:
         for host, variables in table.values():
             per_host[host["name"]] = {key: variables.get(key, default) for key, default in (
                 ("sglang_environment", dict(BASE_ENV)), ("sglang_restart", "on-failure"), ("sglang_restart_sec", 10),
-                ("sglang_host", host["address"]), ("sglang_min_ready_seconds", 10),
+                ("sglang_host", host["address"]), ("sglang_port", 30000), ("sglang_min_ready_seconds", 10),
                 ("sglang_journal_rate_limit_burst", 100000), ("sglang_accept_unverified", False),
                 ("sglang_ready_timeout", TIMEOUT))}
         playbook = self._playbook(per_host_role_playbook(":".join(h["name"] for h in hosts), PER_HOST))
@@ -288,6 +289,19 @@ def scenario_retention(story):
     story.sh(host, "rm -f /root/gpf-receipt.json", check=False)
 
 
+def held_port():
+    """A socket of this machine on 127.0.0.1 and a free port: while it is open, a server of any lab host
+    that binds the IPv6 wildcard (dual-stack) on that port fails as SGLang does with a port in use (the lab
+    hosts share this machine's network) - whatever else runs on the lab at the time."""
+    import socket
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen(1)
+    return holder, holder.getsockname()[1]
+
+
+HELD, HELD_PORT = held_port()  # held for the whole session: nothing else ever binds it
+
 # Two hosts per wave; each entry: step name -> per-host role variables.
 FAULT_WAVES = [
     {"flood": {"sglang_journal_rate_limit_burst": 100,
@@ -299,12 +313,12 @@ FAULT_WAVES = [
     {"settle_crash": {"sglang_restart": "always", "sglang_restart_sec": 1,
                       "sglang_environment": BASE_ENV | {"SGLANG_SIM_FAULT": "crash_after_ready=2",
                                                         "SGLANG_SIM_LOAD_SECONDS": "20"}},
-     "bind_no_restart": {"sglang_host": "::", "sglang_restart": "no"}},
+     "bind_no_restart": {"sglang_host": "::", "sglang_port": HELD_PORT, "sglang_restart": "no"}},
     {"crash_after_ready_0": {"sglang_restart": "no",
                              "sglang_environment": BASE_ENV | {"SGLANG_SIM_FAULT": "crash_after_ready=0"}},
      "reinit_draft": {"sglang_environment": BASE_ENV | {"SGLANG_SIM_FAULT": "reinit_draft=512"}}},
     {"reinit_after_ready": {"sglang_environment": BASE_ENV | {"SGLANG_SIM_FAULT": "reinit_draft_after_ready=3:512"}},
-     "bind_restart": {"sglang_host": "::"}},  # Restart=on-failure, the role's default
+     "bind_restart": {"sglang_host": "::", "sglang_port": HELD_PORT}},  # Restart=on-failure, the role's default
 ]
 
 
@@ -661,7 +675,7 @@ class TestDeathMessages:
         assert step["status"] == "fatal", step["run"]
         msg = result["msg"]
         assert result["verdict"] == "died", msg
-        assert "error while attempting to bind on address ('::', 30000)" in msg, msg
+        assert f"error while attempting to bind on address ('::', {HELD_PORT})" in msg, msg
         assert_phase_reflects_the_journal(result, step["journal"])
         assert phase_in(msg).startswith("draft runner initialised: block_size=16, draft_window_size=2048"), msg
         assert "status=1/FAILURE" in msg and "Result exit-code" in msg, msg
