@@ -44,6 +44,13 @@ def test_core_range_takes_every_final_release_inside_the_claim():
     assert run_layers.releases_in(">=2.19.2", available) == ["2.19.2", "2.19.10", "2.19.14", "2.20.0"]
 
 
+def test_core_range_runs_every_unit_test_file_that_imports_ansible_core():
+    chosen = run_layers.core_dependent_unit_tests()
+    assert "tests/unit/plugins/action" in chosen and "tests/unit/plugins/modules" in chosen
+    assert "tests/unit/plugins/module_utils/test_sweep.py" in chosen  # imports ansible itself
+    assert "tests/unit/plugins/module_utils/test_judge.py" not in chosen  # pure module_utils
+
+
 def test_main_rejects_unknown_layers(capsys):
     assert run_layers.main(["nope"]) == 2
     assert "unknown layer" in capsys.readouterr().out
