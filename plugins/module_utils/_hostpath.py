@@ -55,12 +55,14 @@ USER = "ansible.builtin.user"
 SETTINGS = ("sglang_unit_name", "sglang_api_key", "sglang_user", "sglang_group", "sglang_ready_timeout",
             "sglang_min_ready_seconds", "sglang_accept_unverified", "sglang_probe_prompt",
             "sglang_probe_max_new_tokens", "sglang_journal_grace", "sglang_receipt_dir", "sglang_last_good_dir",
-            "sglang_progress", "sglang_verify", "sglang_fleet_dir", "sglang_lease_seconds")
+            "sglang_progress", "sglang_verify", "sglang_fleet_dir", "sglang_lease_seconds",
+            "sglang_ready_connection_retry_seconds")
 # The wait's arguments and the role variable each one comes from.
 _WAIT_SETTINGS = (("timeout", "sglang_ready_timeout"), ("min_ready_seconds", "sglang_min_ready_seconds"),
                   ("accept_unverified", "sglang_accept_unverified"), ("prompt", "sglang_probe_prompt"),
                   ("max_new_tokens", "sglang_probe_max_new_tokens"), ("journal_grace", "sglang_journal_grace"),
-                  ("receipt_dir", "sglang_receipt_dir"), ("progress", "sglang_progress"))
+                  ("receipt_dir", "sglang_receipt_dir"), ("progress", "sglang_progress"),
+                  ("connection_retry_seconds", "sglang_ready_connection_retry_seconds"))
 
 
 class StepFailed(Exception):

@@ -393,7 +393,9 @@ def test_ssh_lost_during_the_wait_is_recorded_and_a_rerun_recovers(
     hosts, rest = lab_hosts[:2], lab_hosts[2:]
     canary, second = hosts
     before = deploy(hosts)
-    inv.set_vars(sglang_speculative_draft_window_size=NEW, sglang_environment=SIM_ENV | SLOW_LOAD)
+    # the connection stays lost past the wait's retry budget (shortened from 120 s: the same path, sooner)
+    inv.set_vars(sglang_speculative_draft_window_size=NEW, sglang_environment=SIM_ENV | SLOW_LOAD,
+                 sglang_ready_connection_retry_seconds=15)
     results = tmp_path / "results"
     run = rollout(inv, results, hosts)
     try:

@@ -17,7 +17,8 @@ SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_
             "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10, "sglang_accept_unverified": False,
             "sglang_probe_prompt": "p", "sglang_probe_max_new_tokens": 8, "sglang_journal_grace": 35,
             "sglang_receipt_dir": "/r", "sglang_last_good_dir": "/lg", "sglang_progress": False,
-            "sglang_verify": True, "sglang_fleet_dir": "/fleet", "sglang_lease_seconds": 300}
+            "sglang_verify": True, "sglang_fleet_dir": "/fleet", "sglang_lease_seconds": 300,
+            "sglang_ready_connection_retry_seconds": 120}
 PREPARED = {"version": "0.5.23", "intent": {"expect": {"draft_window_size": 2048}, "config_line": "required"},
             "unit_text": "[Unit]\n", "journald_text": "[Journal]\n",
             "paths": {"unit": UNIT, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},

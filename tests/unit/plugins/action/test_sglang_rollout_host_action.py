@@ -100,7 +100,8 @@ SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_
             "sglang_probe_prompt": "The capital of France is", "sglang_probe_max_new_tokens": 16,
             "sglang_journal_grace": 35, "sglang_receipt_dir": "/var/lib/gpufleet-inference/receipts",
             "sglang_last_good_dir": "/var/lib/lg", "sglang_progress": True, "sglang_verify": True,
-            "sglang_fleet_dir": "/var/lib/gpufleet-inference/fleet", "sglang_lease_seconds": 300}
+            "sglang_fleet_dir": "/var/lib/gpufleet-inference/fleet", "sglang_lease_seconds": 300,
+            "sglang_ready_connection_retry_seconds": 120}
 PREPARED = {"version": "0.5.11", "intent": INTENT, "unit_text": "[Service]\n", "journald_text": "[Journal]\n",
             "paths": {"unit": UNIT_PATH, "journald": "/etc/systemd/journald.conf.d/50-gpufleet-sglang.conf"},
             "unit_files": [UNIT_PATH], "config_file": None,

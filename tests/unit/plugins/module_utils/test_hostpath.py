@@ -16,7 +16,7 @@ CONFIG = {"path": "/etc/sglang/sglang.yaml", "mode": "0640", "owner": "root", "g
 INTENT = {"expect": {"draft_window_size": 2048}, "config_line": "required", "command": ["py", "-m", "sglang"],
           "environment": {}}
 SETTINGS = {"sglang_unit_name": "sglang.service", "sglang_api_key": "", "sglang_user": "sglang",
-            "sglang_fleet_dir": "/f", "sglang_lease_seconds": 300,
+            "sglang_fleet_dir": "/f", "sglang_lease_seconds": 300, "sglang_ready_connection_retry_seconds": 120,
             "sglang_group": "sglang", "sglang_ready_timeout": 600, "sglang_min_ready_seconds": 10,
             "sglang_accept_unverified": False, "sglang_probe_prompt": "p", "sglang_probe_max_new_tokens": 8,
             "sglang_journal_grace": 35, "sglang_receipt_dir": "/r", "sglang_last_good_dir": "/lg",
@@ -71,7 +71,7 @@ def test_the_waits_arguments_are_built_in_one_place():
                     "config_line": "required", "command": ["py", "-m", "sglang"], "environment": {},
                     "after_invocation": OLD, "api_key": "k", "timeout": 600, "min_ready_seconds": 10,
                     "accept_unverified": False, "prompt": "p", "max_new_tokens": 8, "journal_grace": 35,
-                    "receipt_dir": "/r", "progress": True}
+                    "receipt_dir": "/r", "progress": True, "connection_retry_seconds": 120}
     # a key file read on the host replaces the key; nothing empty is passed
     by_file = hp.wait_args(SETTINGS, "http://h:1", {}, api_key="k", api_key_file="/etc/sglang/old.yaml")
     assert by_file["api_key_file"] == "/etc/sglang/old.yaml" and "api_key" not in by_file
