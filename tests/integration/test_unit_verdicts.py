@@ -33,6 +33,24 @@ def following(sh, host, invocation_id: str) -> bool:
     return bool(sh(host, f"pgrep -f -- '--follow.*_SYSTEMD_INVOCATION_ID={invocation_id}'", check=False).strip())
 
 
+def restart_elsewhere(sh, host) -> tuple[str, str]:
+    """`systemctl restart` as another operator would run it: (the invocation it replaced, the new one loading)."""
+    old = invocation(sh, host)
+    sh(host, "systemctl restart --no-block sglang.service")
+    return old, wait_for(lambda: (invocation(sh, host) not in ("", old)) and invocation(sh, host), 20,
+                         what="the new invocation")
+
+
+def verify_line(run_playbook, server_vars, results_dir, host, hosts: str, verdict: str) -> tuple[dict, str]:
+    """verify.yml over `hosts`: it fails, and `host`'s record has `verdict`; (that record, its report line)."""
+    verify = run_playbook("playbooks/verify.yml", env=RUN_ENV, extra_vars=server_vars(
+        sglang_environment=BASE_ENV | LOAD, verify_hosts=hosts, verify_results_dir=str(results_dir)))
+    assert verify.rc != 0, verify
+    record = verify_records(results_dir)[host["name"]]
+    assert record["verdict"] == verdict, record
+    return record, next(line for line in verify.out.splitlines() if line.startswith(f"{host['name']}: "))
+
+
 class Background(threading.Thread):
     """A playbook run in a thread, so the test can act on the host while the wait runs."""
 
@@ -97,13 +115,8 @@ def test_a_stopped_unit_is_not_active_and_verify_says_not_running(
             result["msg"]
         record_verdict(result)
 
-        results_dir = tmp_path / "verify"
-        verify = run_playbook("playbooks/verify.yml", env=RUN_ENV, extra_vars=server_vars(
-            sglang_environment=BASE_ENV | LOAD, verify_hosts=served["name"], verify_results_dir=str(results_dir)))
-        assert verify.rc != 0, verify
-        record = verify_records(results_dir)[served["name"]]
-        assert record["verdict"] == "not_running", record
-        line = next(line for line in verify.out.splitlines() if line.startswith(f"{served['name']}: "))
+        record, line = verify_line(run_playbook, server_vars, tmp_path / "verify", served, served["name"],
+                                   "not_running")
         assert line.startswith(f"{served['name']}: NOT RUNNING"), line
         record_verdict(record, source="verify", message=line)
     finally:
@@ -111,10 +124,7 @@ def test_a_stopped_unit_is_not_active_and_verify_says_not_running(
 
 
 def test_a_restart_by_someone_else_during_the_wait_is_replaced(served, run_playbook, sh, record_verdict):
-    old = invocation(sh, served)
-    sh(served, "systemctl restart --no-block sglang.service")
-    loading = wait_for(lambda: (invocation(sh, served) not in ("", old)) and invocation(sh, served), 20,
-                       what="the new invocation")
+    old, loading = restart_elsewhere(sh, served)
     wait = Background(run_playbook, ready_playbook(served["name"], expect=EXPECT, timeout=60, after_invocation=old,
                                                    poll_interval=0.25))
     wait.start()
@@ -129,10 +139,7 @@ def test_a_restart_by_someone_else_during_the_wait_is_replaced(served, run_playb
 
 
 def test_a_server_that_stops_answering_while_it_settles_is_unstable(served, run_playbook, sh, record_verdict):
-    old = invocation(sh, served)
-    sh(served, "systemctl restart --no-block sglang.service")
-    loading = wait_for(lambda: (invocation(sh, served) not in ("", old)) and invocation(sh, served), 20,
-                       what="the new invocation")
+    old, loading = restart_elsewhere(sh, served)
     wait = Background(run_playbook, ready_playbook(served["name"], expect=EXPECT, timeout=60, after_invocation=old,
                                                    poll_interval=0.25, min_ready_seconds=4, request_timeout=2))
     wait.start()
@@ -153,10 +160,7 @@ def test_a_server_that_stops_answering_while_it_settles_is_unstable(served, run_
 
 def test_ssh_lost_during_the_wait_is_connection_lost_and_verify_cannot_check_the_host(
         served, lab, lab_hosts, run_playbook, server_vars, sh, tmp_path, record_verdict):  # noqa: F811
-    old = invocation(sh, served)
-    sh(served, "systemctl restart --no-block sglang.service")
-    loading = wait_for(lambda: (invocation(sh, served) not in ("", old)) and invocation(sh, served), 20,
-                       what="the new invocation")
+    old, loading = restart_elsewhere(sh, served)
     wait = Background(run_playbook, ready_playbook(served["name"], expect=EXPECT, timeout=60, after_invocation=old,
                                                    poll_interval=0.25, connection_retry_seconds=3))
     wait.start()
@@ -169,15 +173,8 @@ def test_ssh_lost_during_the_wait_is_connection_lost_and_verify_cannot_check_the
         assert "no verdict" in result["msg"], result["msg"]
         record_verdict(result)
         # verify.yml over the host and a reachable one: the report names the host it could not read
-        other = lab_hosts[1]
-        results_dir = tmp_path / "verify"
-        verify = run_playbook("playbooks/verify.yml", env=RUN_ENV, extra_vars=server_vars(
-            sglang_environment=BASE_ENV | LOAD, verify_hosts=f"{served['name']}:{other['name']}",
-            verify_results_dir=str(results_dir)))
-        assert verify.rc != 0, verify
-        record = verify_records(results_dir)[served["name"]]
-        assert record["verdict"] == "unchecked", record
-        line = next(line for line in verify.out.splitlines() if line.startswith(f"{served['name']}: "))
+        record, line = verify_line(run_playbook, server_vars, tmp_path / "verify", served,
+                                   f"{served['name']}:{lab_hosts[1]['name']}", "unchecked")
         assert line.startswith(f"{served['name']}: NOT CHECKED"), line
         record_verdict(record, source="verify", message=line)
     finally:
