@@ -8,6 +8,7 @@ down afterwards, also on failure.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import re
@@ -280,13 +281,16 @@ def layer_core_range() -> Outcome:
     import yaml
     claim = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
     lowest = re.match(r">=\s*([\d.]+)", claim).group(1)
-    venv = REPO / ".build" / f"venv-core-{lowest}"
-    python = venv / "bin" / "python"
     pins = (REPO / "tests" / "requirements.txt").read_text()
     wanted = re.sub(r"^ansible-core==.*$", f"ansible-core=={lowest}", pins, flags=re.M)
+    # Outside the checkout (like the conformance venv), named by what it holds: a clean clone reuses it.
+    cache = Path(os.environ.get("GPUFLEET_CORE_RANGE_CACHE", "/var/cache/gpufleet-core-range"))
+    venv = cache / f"venv-core-{lowest}-{hashlib.sha256(wanted.encode()).hexdigest()[:16]}"
+    python = venv / "bin" / "python"
     stamp = venv / "requirements.txt"
     if not stamp.exists() or stamp.read_text() != wanted:
         shutil.rmtree(venv, ignore_errors=True)
+        venv.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         (venv / "wanted.txt").write_text(wanted)
         rc = stream([python, "-m", "pip", "install", "--quiet", "-r", venv / "wanted.txt"])[0]
