@@ -65,11 +65,15 @@ def parse_count(value, name, allow_zero=True):
 
 
 def parse_seconds(value, name, minimum=0):
-    """A whole number of seconds >= minimum (an int, or its text from -e k=v)."""
-    text = str(value).strip()
-    if isinstance(value, bool) or not text.isdigit() or int(text) < minimum:
+    """A whole number of seconds >= minimum (an int, a whole float such as YAML's 5.0, or their text from -e k=v)."""
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = None
+    if isinstance(value, bool) or value is None or number is None or number != number or number in (
+            float("inf"), float("-inf")) or not number.is_integer() or number < minimum:
         raise RolloutError("%s must be a whole number of seconds, %d or more; got %r" % (name, minimum, value))
-    return int(text)
+    return int(number)
 
 
 def parse_batches(value):

@@ -177,7 +177,8 @@ def test_record_step_keeps_summary_readable_and_complete(tmp_path):
 
 def test_seconds_are_whole_numbers_named_when_wrong():
     assert ro.parse_seconds("300", "x") == 300 and ro.parse_seconds(0, "x") == 0
-    for bad in ("5m", -1, True, "1.5", None):
+    assert ro.parse_seconds(5.0, "x") == 5 and ro.parse_seconds("5.0", "x") == 5  # YAML's 5.0 is whole
+    for bad in ("5m", -1, True, "1.5", 1.5, None, "nan", float("inf"), ""):
         with pytest.raises(ro.RolloutError, match="x must be a whole number of seconds"):
             ro.parse_seconds(bad, "x")
     with pytest.raises(ro.RolloutError, match="10 or more"):
