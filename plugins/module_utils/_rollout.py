@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime
 import fcntl
 import json
+import math
 import os
 import re
 import secrets
@@ -70,8 +71,8 @@ def parse_seconds(value, name, minimum=0):
         number = float(str(value).strip())
     except ValueError:
         number = None
-    if isinstance(value, bool) or value is None or number is None or number != number or number in (
-            float("inf"), float("-inf")) or not number.is_integer() or number < minimum:
+    if isinstance(value, bool) or value is None or number is None or not math.isfinite(number) \
+            or not number.is_integer() or number < minimum:
         raise RolloutError("%s must be a whole number of seconds, %d or more; got %r" % (name, minimum, value))
     return int(number)
 
