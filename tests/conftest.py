@@ -66,3 +66,54 @@ def installed_collection(tmp_path_factory):
     path = root / "collections" / "ansible_collections" / "gpufleet" / "inference"
     assert (path / "MANIFEST.json").is_file(), install.stdout
     return SimpleNamespace(root=root, tarball=tarball, path=path, env=env)
+
+
+# ------------------------------------------------------------------ nothing left running
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A test run fails when it leaves a process of its own or a non-daemon thread running: either would
+    keep running after the tests (or keep this pytest from exiting, as a hung CI job). Both are named and
+    the processes killed. xdist's workers are the controller's own children and end after this hook."""
+    import signal
+    import threading
+    leftovers = [pid for pid in _children_of(os.getpid())
+                 if "import sys;exec(eval(sys.stdin.readline()))" not in _cmdline(pid)]
+    threads = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not leftovers and not threads:
+        return
+    lines = ["", "the tests left running:"]
+    for pid in leftovers:
+        lines.append(f"  process {pid}: {_cmdline(pid)[:200]} (killed)")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    frames = sys._current_frames()
+    for thread in threads:
+        frame = frames.get(thread.ident)
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else "?"
+        lines.append(f"  non-daemon thread {thread.name} at {where}")
+    sys.stderr.write("\n".join(lines) + "\n")
+    session.exitstatus = 1
