@@ -13,8 +13,10 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -24,13 +26,22 @@ BIN = Path(sys.executable).parent
 RESULTS = REPO / ".build" / "results"
 LAB = [sys.executable, str(REPO / "tests" / "lab" / "lab.py")]
 
-# Each lab-backed layer gets its own machines and addresses.
-INTEGRATION_LAB = {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4", "LAB_ROUTER": "1",
-                   "LAB_INVENTORY": str(REPO / ".build" / "integration" / "hosts.yml")}
+# Each lab-backed layer gets its own machines and addresses. The integration tests run as two shards side by
+# side, each on a lab of its own (their tests mostly wait for servers to load, so two labs on two cores take
+# about half the time of one); a test file runs in shard b only when it is listed there.
+INTEGRATION_LABS = {
+    "a": {"LAB_NAME": "gpftest", "LAB_NET": "127.0.2", "HOSTS": "4", "LAB_ROUTER": "1",
+          "LAB_INVENTORY": str(REPO / ".build" / "integration" / "hosts.yml")},
+    "b": {"LAB_NAME": "gpftesb", "LAB_NET": "127.0.4", "HOSTS": "4", "LAB_ROUTER": "1",
+          "LAB_INVENTORY": str(REPO / ".build" / "integration-b" / "hosts.yml")},
+}
+SHARD_B = ["test_fleet_truth.py", "test_verdicts.py", "test_awx_runner.py", "test_install.py",
+           "test_sweep_without_matplotlib.py", "test_canary.py", "test_unit_verdicts.py", "test_provenance.py",
+           "test_endpoints.py", "test_lab.py"]
 MOLECULE_LAB = {"LAB_NAME": "gpfmol", "LAB_NET": "127.0.3", "HOSTS": "2",
                 "LAB_INVENTORY": str(REPO / ".build" / "molecule" / "hosts.yml")}
 # Multi-node serving groups need hosts laid out as groups (2 groups x 2 nodes, 2 single hosts): a lab of their own,
-# so the other lab tests keep their single-node hosts.
+# so the other lab tests keep their single-node hosts. It runs after shard b, in the same thread.
 GROUPS_LAB = {"LAB_NAME": "gpftgrp", "LAB_NET": "127.0.6", "HOSTS": "6", "LAB_ROUTER": "1", "LAB_GROUPS": "2x2",
               "LAB_INVENTORY": str(REPO / ".build" / "integration-groups" / "hosts.yml")}
 GROUPS_TESTS = "tests/integration/test_groups.py"
@@ -69,17 +80,80 @@ def env_with(extra: dict | None = None) -> dict:
     return env
 
 
-def stream(argv, cwd=REPO, env=None) -> tuple[int, str]:
-    """Run argv, echo its output live, and return (rc, output)."""
-    print("+ " + " ".join(str(a) for a in argv), flush=True)
+def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "") -> tuple[int, str]:
+    """Run argv, echo its output live (line by line, flushed: a CI that kills the job still shows where
+    it was), and return (rc, output).
+
+    The command runs in a session of its own: after ``timeout`` seconds its whole process group is
+    killed (rc -9). Once the command has exited, output is read only for a few more seconds: a process it
+    left behind that still holds the pipe must not hang the run (it is named instead).
+    """
+    say(prefix + "+ " + " ".join(str(a) for a in argv))
     proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env or env_with(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     lines = []
-    for line in proc.stdout:
-        sys.stdout.write(line)
-        lines.append(line)
+
+    def echo():
+        for line in proc.stdout:
+            say(prefix + line.rstrip("\n"))
+            lines.append(line)
+    reader = threading.Thread(target=echo, daemon=True)
+    reader.start()
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        say(f"{prefix}{argv[0]} still ran after {timeout:.0f} s: killing its process group")
+        kill_group(proc.pid)
+        rc = proc.wait()
+    reader.join(10)
+    if reader.is_alive():
+        holders = pipe_holders(os.fstat(proc.stdout.fileno()).st_ino)
+        say(f"{prefix}{Path(str(argv[0])).name} exited (rc {rc}) but processes it started still hold its output: "
+            + "; ".join(f"pid {pid} {cmd[:160]}" for pid, cmd in holders) + " - killing them")
+        kill_group(proc.pid)
+        for pid, dummy in holders:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        reader.join(10)
+        if rc == 0:
+            rc = 1  # a test run that leaves a process behind has failed
     sys.stdout.flush()
-    return proc.wait(), "".join(lines)
+    return rc, "".join(lines)
+
+
+_SAY = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line to stdout, flushed (shards running side by side never split each other's lines)."""
+    with _SAY:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def pipe_holders(inode: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every other process with the pipe ``inode`` open."""
+    holders = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if any(os.readlink(fd) == f"pipe:[{inode}]" for fd in (entry / "fd").iterdir()):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                holders.append((int(entry.name), cmd.strip()))
+        except OSError:
+            continue
+    return holders
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def junit_counts(path: Path) -> tuple[int, int, int]:
@@ -93,12 +167,13 @@ def junit_counts(path: Path) -> tuple[int, int, int]:
     return total - failed - skipped, failed, skipped
 
 
-def pytest_layer(name: str, paths: list[str], extra_env: dict | None = None) -> Outcome:
+def pytest_layer(name: str, paths: list[str], extra_env: dict | None = None, timeout: float = 3600,
+                 prefix: str = "") -> Outcome:
     RESULTS.mkdir(parents=True, exist_ok=True)
     xml = RESULTS / f"{name}.xml"
     xml.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={xml}", *paths]
-    rc = stream(argv, env=env_with(extra_env))[0]
+    rc = stream(argv, env=env_with(extra_env), timeout=timeout, prefix=prefix)[0]
     passed, failed, skipped = junit_counts(xml)
     if rc not in (0, 5) and failed == 0:
         failed = 1  # pytest failed outside any test (collection error, crash)
@@ -108,12 +183,12 @@ def pytest_layer(name: str, paths: list[str], extra_env: dict | None = None) -> 
 # ---------------------------------------------------------------- layers
 
 def layer_unit() -> Outcome:
-    return pytest_layer("unit", ["tests/unit"])
+    return pytest_layer("unit", ["tests/unit"], timeout=900)
 
 
 def layer_functional() -> Outcome:
     """Tests that start real processes (the simulator, sglang-router, ansible-playbook on localhost)."""
-    return pytest_layer("functional", ["-n", "2", "tests/functional"])
+    return pytest_layer("functional", ["-n", "2", "tests/functional"], timeout=1200)
 
 
 def collection_files() -> list[str]:
@@ -190,27 +265,61 @@ def layer_lint() -> Outcome:
     return Outcome("lint", failed=int(failures.group(1)) if failures else 1)
 
 
-def with_lab(settings: dict, body) -> Outcome:
+def with_lab(settings: dict, body, prefix: str = "") -> Outcome:
     env = env_with(settings)
-    rc = stream([*LAB, "up"], env=env)[0]
+    rc = stream([*LAB, "up"], env=env, timeout=900, prefix=prefix)[0]
     try:
         if rc != 0:
             return Outcome(body.__name__, failed=1, note="lab did not come up")
         return body(env)
     finally:
-        stream([*LAB, "down"], env=env)
+        stream([*LAB, "down"], env=env, timeout=300, prefix=prefix)
+
+
+def integration_shards() -> dict[str, list[str]]:
+    """Shard name -> the test files it runs (every file in exactly one shard; groups' tests in none)."""
+    files = sorted(p.name for p in (REPO / "tests" / "integration").glob("test_*.py"))
+    missing = sorted(set(SHARD_B) - set(files))
+    if missing:
+        raise RuntimeError(f"SHARD_B names test files that do not exist: {', '.join(missing)}")
+    groups = Path(GROUPS_TESTS).name
+    return {"a": [f"tests/integration/{f}" for f in files if f not in SHARD_B and f != groups],
+            "b": [f"tests/integration/{f}" for f in files if f in SHARD_B]}
 
 
 def layer_integration() -> Outcome:
-    def integration(env):
-        return pytest_layer("integration", ["tests/integration", "--ignore", GROUPS_TESTS, "--durations=30"],
-                            {k: env[k] for k in INTEGRATION_LAB} | {
-                                "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
+    shards = integration_shards()
+    results: dict[str, Outcome] = {}
+
+    def shard(name):
+        settings = INTEGRATION_LABS[name]
+        prefix = f"[{name}] "
+
+        def tests(env):
+            return pytest_layer(f"integration-{name}", [*shards[name], "--durations=20"],
+                                {k: env[k] for k in settings} | {"GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]},
+                                timeout=2700, prefix=prefix)
+        return with_lab(settings, tests, prefix)
 
     def serving_groups(env):
         return pytest_layer("integration-groups", [GROUPS_TESTS, "--durations=10"], {k: env[k] for k in GROUPS_LAB} | {
-            "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]})
-    parts = [with_lab(INTEGRATION_LAB, integration), with_lab(GROUPS_LAB, serving_groups)]
+            "GPUFLEET_LAB_INVENTORY": env["LAB_INVENTORY"]}, timeout=1200, prefix="[groups] ")
+
+    def run(name, parts):
+        try:
+            results[name] = [part() for part in parts]
+        except Exception as exc:  # a harness error in one thread fails the layer, never hangs it
+            say(f"[{name}] crashed: {exc!r}")
+            results[name] = [Outcome(name, failed=1, note=f"harness error: {exc}")]
+
+    threads = [threading.Thread(target=run, args=("a", [lambda: shard("a")])),
+               threading.Thread(target=run, args=("b", [lambda: shard("b"),
+                                                        lambda: with_lab(GROUPS_LAB, serving_groups, "[groups] ")]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    parts = [part for name in ("a", "b") for part in results.get(name, [Outcome(name, failed=1, note="no result")])]
     return Outcome("integration", sum(part.passed for part in parts), sum(part.failed for part in parts),
                    sum(part.skipped for part in parts), "; ".join(part.note for part in parts if part.note))
 

@@ -209,7 +209,11 @@ def record_verdict(request):
         assert verdict and text, f"nothing to record: {result!r}"
         VERDICT_EXAMPLES.mkdir(parents=True, exist_ok=True)
         captured = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        (VERDICT_EXAMPLES / f"{source}-{verdict}.json").write_text(json.dumps({
+        # Written whole, then renamed: the other integration shard may record the same verdict meanwhile.
+        target = VERDICT_EXAMPLES / f"{source}-{verdict}.json"
+        partial = target.with_name(f".{target.name}.{os.getpid()}")
+        partial.write_text(json.dumps({
             "source": source, "verdict": verdict, "message": text, "test": request.node.nodeid,
             "captured": captured}, indent=2) + "\n")
+        os.replace(partial, target)
     return record

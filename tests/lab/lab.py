@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import fcntl
 import hashlib
 import io
 import json
@@ -192,6 +193,16 @@ def build_rootfs() -> Path:
         log(f"rootfs cached at {target}")
         return target
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    # Two labs coming up at once (make test's integration shards) build it once: the second waits.
+    with open(CACHE_DIR / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            log(f"rootfs built meanwhile by another lab, at {target}")
+            return target
+        return _debootstrap(target)
+
+
+def _debootstrap(target: Path) -> Path:
     work = target.with_name(target.name + ".partial")
     if work.exists():
         shutil.rmtree(work)
