@@ -204,7 +204,7 @@ class ActionModule(ActionBase):
             run["holder"] = dict(run["holder"], run_id=planned["run_id"])
         outside = request["outside"]
         reachable = list(facts) + [host for host, fact in outside.items() if not fact.get("unreachable")]
-        slot = _fleet.batch_slot(run.get("group") or hosts, reachable)
+        slot = _fleet.batch_slot(run.get("group") or hosts, reachable, hosts)
         anchor_lease = (((hostvars.get(slot["anchor"]) or {}).get("sglang_drift") or {}).get("prepared") or {}).get(
             "lease") or (facts[hosts[0]]["drift"]["prepared"].get("lease") if hosts else None) or {}
         slot["directory"] = anchor_lease.get("directory") or "/var/lib/gpufleet-inference/fleet"
@@ -225,6 +225,10 @@ class ActionModule(ActionBase):
             if entry["action"] in ("apply", "recover") and not run.get("check_mode") and \
                     entry.get("head") in (None, host):
                 apply.append(host)
+        # A run that changes no host holds none: the plan already refused any host another run holds. It
+        # still leases them to take over a dead run's leases, to resume one, or to break one it was told to.
+        run["leases"] = not run.get("check_mode") and bool(apply or planned["takeover_runs"] or planned["resumed"]
+                                                          or run.get("break_lease"))
         run["analysis"] = self._analysis_targets(run, apply, planned["hosts"], facts)
         if run["analysis"].get("note"):
             display.display("Canary analysis: %s" % run["analysis"]["note"])
@@ -480,7 +484,8 @@ class ActionModule(ActionBase):
             run["run_dir"]))
         counts = summary["counts"]
         text = ", ".join("%s %s" % (count, status) for status, count in sorted(counts.items()))
-        out = {"records": records, "release": [] if run.get("check_mode") else release, "kept_leased": kept,
+        out = {"records": records, "release": release if run.get("leases", not run.get("check_mode")) else [],
+               "kept_leased": kept,
                "summary": ro.stats(summary), "status": meta.get("status")}
         if stopped:
             first = stopped[0]

@@ -250,13 +250,18 @@ def group_plan(planned, groups):
     return planned
 
 
-def batch_slot(group, reachable):
+def batch_slot(group, reachable, run_hosts=()):
     """Where the group's batch slot is kept: one lease for the whole group (whichever run, whichever controller),
     held while a batch is out of the router, so two runs over disjoint hosts of one group never take their
     batches out at once past each other's capacity guard. It lives on the group's first host (by name) that
-    answered; its name is derived from the group's hosts."""
+    answered; its name is derived from the group's hosts.
+
+    No anchor (no slot is taken) when no host of the group answered, or when the run holds every host of the
+    group (``run_hosts``): then no other run can take a batch of the group out."""
     names = sorted(set(group))
     anchor = next((host for host in names if host in set(reachable)), None)
+    if set(names) <= set(run_hosts):
+        anchor = None
     digest = hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest()[:12]
     return {"anchor": anchor, "unit": "gpufleet-batch-%s" % digest}
 

@@ -142,6 +142,22 @@ def test_the_plan_sends_what_differs_writes_the_copy_and_names_the_worker_to_dra
     assert out["prebuilt"] == list(CRITICAL_PATH_MODULES) and built == list(CRITICAL_PATH_MODULES)
 
 
+def test_a_run_that_changes_nothing_holds_nothing_and_one_that_changes_a_host_leases_them_all(
+        tmp_path, shown, monkeypatch, built):
+    run = start(tmp_path)
+    in_sync = {"gpu-1": {"in_sync": True}, "gpu-2": {"in_sync": True}}
+    out = prepared(monkeypatch, run, in_sync, workers=[URL["gpu-1"], URL["gpu-2"]])
+    assert out["apply"] == [] and out["run"]["leases"] is False and built == []
+    # told to break a lease, it takes them (and so breaks it) even with nothing to change
+    out = prepared(monkeypatch, dict(start(tmp_path), break_lease=True), in_sync, workers=[URL["gpu-1"], URL["gpu-2"]])
+    assert out["run"]["leases"] is True
+    out = prepared(monkeypatch, start(tmp_path), {"gpu-1": {}, "gpu-2": {"in_sync": True}},
+                   workers=[URL["gpu-1"], URL["gpu-2"]])
+    assert out["apply"] == ["gpu-1"] and out["run"]["leases"] is True
+    check = prepared(monkeypatch, start(tmp_path, check_mode=True), {"gpu-1": {}}, workers=[URL["gpu-1"]])
+    assert check["run"]["leases"] is False
+
+
 def test_a_port_change_drains_the_worker_the_router_has(tmp_path, shown, monkeypatch, built):
     run = start(tmp_path)
     old = "http://10.0.0.1:30001"
@@ -307,6 +323,14 @@ def test_finish_of_a_good_run_releases_every_lease_and_keeps_a_summary_for_awx(t
                               "counts": {"updated": 1, "unchanged (verified)": 1},
                               "hosts": {"gpu-1": "updated", "gpu-2": "unchanged (verified)"}}
     assert "| gpu-1 | updated |" in (tmp_path / run["run_id"] / "summary.md").read_text()
+
+
+def test_finish_of_a_run_that_held_no_lease_releases_none(tmp_path, shown):
+    run = run_with(tmp_path, {"gpu-1": [("prepared", {"drift": dict(DRIFT, in_sync=True)})],
+                              "gpu-2": [("prepared", {"drift": dict(DRIFT, in_sync=True)})]})
+    out = act(dict(state="finish", run=dict(run, leases=False)))
+    assert not out.get("failed") and out["release"] == [] and out["status"] == "finished"
+    assert act(dict(state="finish", run=dict(run, leases=True)))["release"] == ["gpu-1", "gpu-2"]
 
 
 def test_a_host_caught_mid_change_keeps_its_lease_and_the_run_is_interrupted(tmp_path, shown):

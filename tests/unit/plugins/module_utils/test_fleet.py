@@ -177,6 +177,12 @@ def test_the_batch_slot_is_on_the_groups_first_host_that_answered_and_named_by_t
     assert _fleet.batch_slot(["gpu-1"], [])["anchor"] is None
 
 
+def test_a_run_that_holds_every_host_of_its_group_takes_no_batch_slot():
+    group = ["gpu-1", "gpu-2", "gpu-3"]
+    assert _fleet.batch_slot(group, group, run_hosts=["gpu-3", "gpu-2", "gpu-1"])["anchor"] is None
+    assert _fleet.batch_slot(group, group, run_hosts=["gpu-1", "gpu-2"])["anchor"] == "gpu-1"  # --limit: shared
+
+
 def test_a_holder_provably_gone_binds_nothing_and_its_run_is_taken_over():
     # a Ctrl-C'd run on this controller: its leases are live, but its process ended
     gone = dict(live(), gone=True, holder={"run_id": "r-old"})
