@@ -80,13 +80,13 @@ def env_with(extra: dict | None = None) -> dict:
     return env
 
 
-def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "") -> tuple[int, str]:
+def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "", linger: float = 10) -> tuple[int, str]:
     """Run argv, echo its output live (line by line, flushed: a CI that kills the job still shows where
     it was), and return (rc, output).
 
     The command runs in a session of its own: after ``timeout`` seconds its whole process group is
-    killed (rc -9). Once the command has exited, output is read only for a few more seconds: a process it
-    left behind that still holds the pipe must not hang the run (it is named instead).
+    killed (rc -9). Once the command has exited, output is read for ``linger`` seconds more: a process it
+    left behind that still holds the pipe must not hang the run (it is named, killed, and the command fails).
     """
     say(prefix + "+ " + " ".join(str(a) for a in argv))
     proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env or env_with(),
@@ -106,7 +106,7 @@ def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "") ->
         say(f"{prefix}{argv[0]} still ran after {timeout:.0f} s: killing its process group")
         kill_group(proc.pid)
         rc = proc.wait()
-    reader.join(10)
+    reader.join(linger)
     if reader.is_alive():
         holders = pipe_holders(os.fstat(proc.stdout.fileno()).st_ino)
         say(f"{prefix}{Path(str(argv[0])).name} exited (rc {rc}) but processes it started still hold its output: "

@@ -54,3 +54,36 @@ def test_core_range_runs_every_unit_test_file_that_imports_ansible_core():
 def test_main_rejects_unknown_layers(capsys):
     assert run_layers.main(["nope"]) == 2
     assert "unknown layer" in capsys.readouterr().out
+
+
+def test_every_integration_test_file_runs_in_exactly_one_shard_and_the_groups_tests_on_their_lab():
+    shards = run_layers.integration_shards()
+    files = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "tests" / "integration").glob("test_*.py"))
+    ran = sorted(shards["a"] + shards["b"] + [run_layers.GROUPS_TESTS])
+    assert ran == files
+    assert not set(shards["a"]) & set(shards["b"]) and shards["a"] and shards["b"]
+    labs = [run_layers.INTEGRATION_LABS["a"], run_layers.INTEGRATION_LABS["b"], run_layers.GROUPS_LAB]
+    assert len({lab["LAB_NAME"] for lab in labs}) == 3 and len({lab["LAB_NET"] for lab in labs}) == 3
+    ci = (REPO / ".ci" / "run").read_text()
+    for lab in labs + [run_layers.MOLECULE_LAB]:  # CI's cleanup knows every lab make test brings up
+        assert f"{lab['LAB_NAME']}:{lab['LAB_NET']}" in ci, lab
+
+
+def test_a_command_is_streamed_and_its_exit_code_returned(capsys):
+    rc, out = run_layers.stream(["sh", "-c", "echo one; echo two >&2; exit 3"], prefix="[x] ")
+    assert rc == 3 and out == "one\ntwo\n"
+    assert "[x] one\n[x] two\n" in capsys.readouterr().out
+
+
+def test_a_command_past_its_timeout_is_killed_with_what_it_started():
+    rc, out = run_layers.stream(["sh", "-c", "echo started; sleep 60 & sleep 60"], timeout=1)
+    assert rc == -9 and out == "started\n"
+
+
+def test_a_process_left_holding_the_output_is_named_killed_and_fails_the_command(capsys):
+    # setsid: out of the command's process group, as a daemonizing child would be; it still holds stdout
+    rc, out = run_layers.stream(["sh", "-c", "setsid sleep 61 & echo done"], linger=0.5)
+    printed = capsys.readouterr().out
+    assert rc == 1 and out == "done\n"
+    assert "still hold its output: pid" in printed and "sleep 61" in printed
+    assert not run_layers.pipe_holders(0)
