@@ -205,7 +205,9 @@ class ActionModule(ActionBase):
         outside = request["outside"]
         reachable = list(facts) + [host for host, fact in outside.items() if not fact.get("unreachable")]
         slot = _fleet.batch_slot(run.get("group") or hosts, reachable, hosts)
-        anchor_lease = (((hostvars.get(slot["anchor"]) or {}).get("sglang_drift") or {}).get("prepared") or {}).get(
+        # (hostvars of a name it does not know is an undefined marker, not None: ask only for a host)
+        anchor_vars = hostvars[slot["anchor"]] if slot["anchor"] in facts else {}
+        anchor_lease = (((anchor_vars or {}).get("sglang_drift") or {}).get("prepared") or {}).get(
             "lease") or (facts[hosts[0]]["drift"]["prepared"].get("lease") if hosts else None) or {}
         slot["directory"] = anchor_lease.get("directory") or "/var/lib/gpufleet-inference/fleet"
         run.update(resumed=planned["resumed"], digests=dict((host, facts[host]["digest"]) for host in hosts),

@@ -69,8 +69,18 @@ def start(root, **over):
     return act(args, check_mode=check_mode, awx_job_id=over.pop("job", None))
 
 
+class HostVars(dict):
+    """As ansible-core 2.19's HostVars: asked for a host it does not know, it gives an undefined marker that
+    fails outside a template (ReferenceError) - never None."""
+
+    def get(self, key, default=None):
+        if key not in self:
+            raise ReferenceError("A required TemplateContext context is not active. (hostvars[%r])" % (key,))
+        return dict.get(self, key, default)
+
+
 def hostvars(drifts, failed=()):
-    found = {}
+    found = HostVars()
     for host, drift in drifts.items():
         prepared = {"digest": "d-" + host, "endpoint": {"url": "http://127.0.0.1:30000", "worker_url": URL[host]}}
         found[host] = {"sglang_drift": dict(DRIFT, prepared=prepared, **drift), "ansible_host": URL[host][7:15]}
