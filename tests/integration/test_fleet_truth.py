@@ -237,8 +237,11 @@ def test_an_unreachable_host_holds_nothing_an_operators_drain_is_kept_and_free_s
     assert run.rc == 0 and "not taken out by this collection" in " ".join(run.out.split()), run
     assert worker_url(first) not in in_router(need_router)
     records = Records(tmp_path / "d")
-    assert assert_records_consistent(records, records.only_run())[first["name"]]["status"] == \
+    # a run that changes nothing holds and writes nothing on the hosts: the host's record stays run c's
+    assert assert_records_consistent(records, records.only_run(), last_writer=False)[first["name"]]["status"] == \
         "unchanged (verified), out of the router"
+    assert records.ledger(first["name"])["run_id"] == Records(tmp_path / "c").only_run()
+    assert not leases(lab, hosts), "a run that changed nothing left leases"
     assert_untouched(after[lab_hosts[3]["name"]])
 
 
