@@ -445,7 +445,8 @@ class ActionModule(ActionBase):
                 found[url] = self._probe(url, key, 5.0)
             except Exception as exc:  # pylint: disable=broad-except  # a probe that breaks is an unhealthy worker
                 found[url] = (False, str(exc))
-        threads = [threading.Thread(target=one, args=(url, host)) for url, host in members.items()]
+        # daemon threads: a probe stuck past its join must never keep the controller's process from exiting
+        threads = [threading.Thread(target=one, args=(url, host), daemon=True) for url, host in members.items()]
         for thread in threads:
             thread.start()
         for thread in threads:
