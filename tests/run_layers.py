@@ -86,7 +86,8 @@ def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "", li
 
     The command runs in a session of its own: after ``timeout`` seconds its whole process group is
     killed (rc -9). Once the command has exited, output is read for ``linger`` seconds more: a process it
-    left behind that still holds the pipe must not hang the run (it is named, killed, and the command fails).
+    left behind that still holds the pipe must not hang the run: it is named and killed (a pytest run already
+    fails when it leaves a process of its own: tests/conftest.py).
     """
     say(prefix + "+ " + " ".join(str(a) for a in argv))
     proc = subprocess.Popen([str(a) for a in argv], cwd=cwd, env=env or env_with(),
@@ -110,7 +111,7 @@ def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "", li
     if reader.is_alive():
         holders = pipe_holders(os.fstat(proc.stdout.fileno()).st_ino)
         say(f"{prefix}{Path(str(argv[0])).name} exited (rc {rc}) but processes it started still hold its output: "
-            + "; ".join(f"pid {pid} {cmd[:160]}" for pid, cmd in holders) + " - killing them")
+            + "; ".join(f"pid {pid} {cmd[:160]}" for pid, cmd in holders) + " - WARNING: killing them")
         kill_group(proc.pid)
         for pid, dummy in holders:
             try:
@@ -118,8 +119,6 @@ def stream(argv, cwd=REPO, env=None, timeout: float = 3600, prefix: str = "", li
             except ProcessLookupError:
                 pass
         reader.join(10)
-        if rc == 0:
-            rc = 1  # a test run that leaves a process behind has failed
     sys.stdout.flush()
     return rc, "".join(lines)
 
