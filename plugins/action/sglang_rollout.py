@@ -229,8 +229,8 @@ class ActionModule(ActionBase):
                 apply.append(host)
         # A run that changes no host holds none: the plan already refused any host another run holds. It
         # still leases them to take over a dead run's leases, to resume one, or to break one it was told to.
-        run["leases"] = not run.get("check_mode") and bool(apply or planned["takeover_runs"] or planned["resumed"]
-                                                          or run.get("break_lease"))
+        needs_leases = bool(apply or planned["takeover_runs"] or planned["resumed"] or run.get("break_lease"))
+        run["leases"] = needs_leases and not run.get("check_mode")
         run["analysis"] = self._analysis_targets(run, apply, planned["hosts"], facts)
         if run["analysis"].get("note"):
             display.display("Canary analysis: %s" % run["analysis"]["note"])
