@@ -101,6 +101,9 @@ def pytest_sessionfinish(session, exitstatus):
     leftovers = [pid for pid in _children_of(os.getpid())
                  if "import sys;exec(eval(sys.stdin.readline()))" not in _cmdline(pid)]
     threads = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    for thread in threads:  # one that is just finishing is not a leftover
+        thread.join(5.0 / len(threads))
+    threads = [t for t in threads if t.is_alive()]
     if not leftovers and not threads:
         return
     lines = ["", "the tests left running:"]
