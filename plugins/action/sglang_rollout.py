@@ -32,12 +32,16 @@ from ansible_collections.gpufleet.inference.plugins.module_utils._probe import g
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _serving
+from ansible_collections.gpufleet.inference.plugins.plugin_utils._nodes import NodeRunners
 
 display = Display()
 # urllib and ssl loaded with this plugin, in ansible-playbook's main process: each worker inherits them.
 _http.preload()
 
-STATES = ("start", "record", "prepared", "leased", "capacity", "finish", "status")
+STATES = ("start", "record", "prepared", "leased", "batch", "capacity", "finish", "status")
+LEASE_MODULE = "gpufleet.inference.sglang_lease"
+# How often a batch asks again for the group's batch slot another run holds.
+SLOT_POLL_SECONDS = 5.0
 
 
 def addresses_of(hostvars, host):
@@ -194,7 +198,8 @@ class ActionModule(ActionBase):
                     "leased or changed." % (" ".join(stopped), ", ".join(failed + lost))}
         request = dict(run_id=run["run_id"], requested=run.get("requested"), session=run["holder"]["session"],
                        takeover=run.get("takeover"), break_lease=run.get("break_lease"),
-                       outside=self._outside(args.get("outside")))
+                       outside=self._outside(args["outside"] if args.get("outside") is not None else
+                                             self._read_outside(run, hosts, task_vars)))
         planned = _fleet.plan(hosts, facts, request)
         groups = dict((fact["drift"]["prepared"]["group"]["name"], fact["drift"]["prepared"]["group"])
                       for fact in facts.values() if fact["drift"]["prepared"].get("group"))
@@ -231,6 +236,7 @@ class ActionModule(ActionBase):
         # still leases them to take over a dead run's leases, to resume one, or to break one it was told to.
         needs_leases = bool(apply or planned["takeover_runs"] or planned["resumed"] or run.get("break_lease"))
         run["leases"] = needs_leases and not run.get("check_mode")
+        run["leases_taken_at"] = time.time()  # taken next, for a lease plus one batch: renewals count from here
         run["analysis"] = self._analysis_targets(run, apply, planned["hosts"], facts)
         if run["analysis"].get("note"):
             display.display("Canary analysis: %s" % run["analysis"]["note"])
@@ -263,6 +269,31 @@ class ActionModule(ActionBase):
                     baseline_url=planned[baseline].get("drain_url") or endpoint.get("worker_url"),
                     note="%s will be compared with %s (still on the previous settings) after the first batch" % (
                         apply[0], baseline))
+
+    def _read_outside(self, run, hosts, task_vars):
+        """The lease and record of each host of the group this run leaves out (--limit, rollout_hosts): one may be
+        mid-change from an interrupted run, which the plan must know before it drains anything else. Read-only; an
+        unreachable host is a result, reported by the plan."""
+        left_out = [host for host in run.get("group") or [] if host not in hosts]
+        if not left_out:
+            return []
+        hostvars = task_vars.get("hostvars") or {}
+        nodes = NodeRunners(self, task_vars, progress=False)
+        results = []
+        try:
+            for host in left_out:
+                own = hostvars[host] if host in hostvars else {}
+                where = dict((name, self._templar.template(own.get(name) or task_vars.get(name)))
+                             for name in ("sglang_unit_name", "sglang_fleet_dir"))
+                try:
+                    result = nodes(host).run(LEASE_MODULE, dict(state="query", unit=where["sglang_unit_name"],
+                                                                directory=where["sglang_fleet_dir"]))
+                except Exception as exc:  # pylint: disable=broad-except  # no connection to it could be made
+                    result = {"failed": True, "unreachable": True, "msg": str(exc)}
+                results.append(dict(result, item=host))
+        finally:
+            nodes.close()
+        return results
 
     @staticmethod
     def _outside(results):
@@ -366,6 +397,80 @@ class ActionModule(ActionBase):
         if not run_dir or run.get("resumed") or os.path.basename(run_dir) != run.get("run_id"):
             return
         shutil.rmtree(run_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ batch
+
+    def _batch(self, args, task_vars):
+        """Once per batch of the apply phase, in one task: renew the leases of the run's hosts outside this batch
+        (once half a lease has passed since the last renewal), take the group's batch slot (one batch of the group
+        out of the router at a time, whichever run), and check the group keeps enough healthy workers. The slot
+        taken is in the result (``slot``) even when the capacity check refuses, so that it is released."""
+        run = args.get("run") or {}
+        if not run.get("run_dir"):
+            raise ro.RolloutError("batch needs run (the result of state=prepared)")
+        batch = list(args.get("batch") or [])
+        nodes = NodeRunners(self, task_vars, progress=False)
+        out = {"renewed": self._renew_waiting(nodes, run, batch, task_vars)}
+        try:
+            if not args.get("router_url"):
+                out["msg"] = "no router: no batch slot, no capacity guard"
+                return out
+            slot = self._take_slot(nodes, run) if (run.get("slot") or {}).get("anchor") else {}
+            if slot:
+                out["slot"] = slot
+            try:
+                out.update(self._capacity(dict(args, slot=slot, group=run.get("servers"), min_healthy=run.get(
+                    "min_healthy", 0), capacity_wait=run.get("capacity_wait", 300), analysis=run.get("analysis")),
+                    task_vars))
+            except ro.RolloutError as exc:
+                out.update(failed=True, msg=str(exc))
+            return out
+        finally:
+            nodes.close()
+
+    def _renew_waiting(self, nodes, run, batch, task_vars):
+        """Renew the leases of the run's hosts outside `batch` once half a lease has passed since they were last
+        renewed (the prepare phase took them for a lease plus one batch's longest time). A renewal that fails is
+        left to the host's own step: a lease taken over stops the run at that host, before it is touched."""
+        if self._task.check_mode or not run.get("leases", True):
+            return []
+        marker = os.path.join(run["run_dir"], ".leases_renewed")
+        last = float(run.get("leases_taken_at") or 0)
+        try:
+            last = max(last, os.stat(marker).st_mtime)
+        except OSError:
+            pass
+        if time.time() - last < float(run.get("lease_seconds") or 300) / 2.0:
+            return []
+        hostvars = task_vars.get("hostvars") or {}
+        renewed = []
+        for host in [name for name in run.get("hosts") or [] if name not in batch]:
+            facts = hostvars[host] if host in hostvars else {}
+            lease = self._templar.template(((facts.get("sglang_drift") or {}).get("prepared") or {}).get("lease") or {})
+            taken = self._templar.template(facts.get("rollout_lease") or {})
+            generation = (taken.get("lease") or {}).get("generation")
+            if not lease or generation is None:
+                continue
+            result = nodes(host).run(LEASE_MODULE, dict(
+                state="held", unit=lease["unit"], directory=lease["directory"],
+                seconds=run["pending_lease_seconds"], holder=dict(run["holder"], generation=generation)))
+            renewed.append({"host": host, "ok": not result.get("failed"), "msg": result.get("msg")})
+        with open(marker, "w"):
+            pass  # its time is the renewal's
+        return renewed
+
+    def _take_slot(self, nodes, run):
+        """The group's batch slot, held on its anchor host: asked again every few seconds while another run holds
+        it, for at most rollout_capacity_wait. The lease module's result (``failed`` when it was not taken)."""
+        slot = run["slot"]
+        args = dict(state="held", unit=slot["unit"], directory=slot["directory"], seconds=run["pending_lease_seconds"],
+                    holder=run["holder"], takeover_runs=run.get("takeover_runs") or [])
+        deadline = time.monotonic() + float(run.get("capacity_wait", 300))
+        while True:
+            result = nodes(slot["anchor"]).run(LEASE_MODULE, args)
+            if not result.get("failed") or result.get("unreachable") or time.monotonic() >= deadline:
+                return result
+            time.sleep(SLOT_POLL_SECONDS)
 
     # ------------------------------------------------------------------ capacity
 

@@ -33,6 +33,12 @@ description:
     group changes as one - when any of its nodes must change, every node is planned to, and only its head goes on to
     the apply phase (its task changes the group); a follower is never a router worker.
   - V(leased) checks that every host of the run was leased (all or none) and names the hosts to release otherwise.
+  - V(batch) runs once per batch of the apply phase - it renews the leases of the run's hosts outside O(batch) once
+    half a lease has passed since their last renewal, takes the group's batch slot (one batch of the group out of the
+    router at a time, whichever run takes it out; asked again every 5 seconds for at most the run's capacity wait;
+    none when the run holds every host of the group), then runs V(capacity) with the run's group, O(min_healthy) and
+    capacity wait. Its result's C(slot) is the slot's lease (to release after the batch) even when the check refuses.
+    Without O(router_url) it only renews.
   - V(capacity) counts the whole group (O(group); not only the play's hosts - C(--limit) changes nothing), takes
     membership from the router and health from a fresh C(/generate) probe of each of the group's workers (the
     router's own health flag lags a stopped server), and fails, naming the unhealthy hosts and how, when taking
@@ -53,7 +59,7 @@ options:
     description: What to do.
     type: str
     required: true
-    choices: [start, record, prepared, leased, capacity, finish, status]
+    choices: [start, record, prepared, leased, batch, capacity, finish, status]
   results_dir:
     description: Where the copy of the run's records is written (V(start)).
     type: path
@@ -102,11 +108,13 @@ options:
     type: list
     elements: str
   outside:
-    description: The results of M(gpufleet.inference.sglang_lease) C(state=query) on the group's hosts the run leaves out (V(prepared)).
+    description:
+      - The results of M(gpufleet.inference.sglang_lease) C(state=query) on the group's hosts the run leaves out
+        (V(prepared)). Without it, V(prepared) runs that query on each of them itself (an unreachable one is reported).
     type: list
     elements: dict
   run:
-    description: The run - the result of V(start) (V(prepared)), then RV(run) of V(prepared) (V(finish)).
+    description: The run - the result of V(start) (V(prepared)), then RV(run) of V(prepared) (V(batch), V(finish)).
     type: dict
   task:
     description: The task that failed (V(record)).
@@ -118,13 +126,25 @@ options:
     description: Whether the rollout drains hosts through a router (V(record)).
     type: bool
   router_url:
-    description: The router (V(prepared), V(capacity), V(status)).
+    description: The router (V(prepared), V(batch), V(capacity), V(status)).
     type: str
   router_api_key:
     description: The router's control-plane key.
     type: str
+  batch:
+    description: The hosts of this batch - C(ansible_play_batch) (V(batch), V(capacity)).
+    type: list
+    elements: str
+  slot:
+    description: The result of taking the group's batch slot (V(capacity)); a slot not taken refuses the batch.
+    type: dict
+  analysis:
+    description:
+      - The run's canary analysis (V(start); RV(run) of V(prepared) for V(capacity)) - with C(isolate) the baseline
+        leaves the router with the canary's batch.
+    type: dict
   leaving:
-    description: Worker URLs about to leave the router (V(capacity)).
+    description: Worker URLs about to leave the router (V(batch), V(capacity)).
     type: list
     elements: str
   poll:
@@ -134,9 +154,9 @@ options:
 notes:
   - What "the fleet" is for a lease - M(gpufleet.inference.sglang_lease) leases one host (one unit). Two runs over
     disjoint hosts behind one router may run at once; each one's capacity guard counts the whole group and probes
-    each worker itself, so each sees what the other took out - but two guards that run at the same instant can both
-    see the same spare worker. Give such runs one group (C(rollout_hosts)) so they lease the same hosts, or set
-    O(min_healthy) with a worker of margin.
+    each worker itself, and their batches take turns at the group's batch slot (V(batch)), so each guard sees what
+    the other took out. A run that waits for the slot longer than its capacity wait stops before its batch changes
+    anything.
 """
 
 EXAMPLES = r"""

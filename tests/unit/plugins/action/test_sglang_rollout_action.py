@@ -217,6 +217,30 @@ def test_a_resumed_runs_copy_keeps_what_the_run_did_before_and_an_outside_host_m
     assert out["failed"] and "left gpu-1 (run r-old, step applying) mid-change" in out["msg"], out
 
 
+def test_the_plan_reads_the_hosts_the_run_leaves_out_itself_and_one_mid_change_refuses(
+        tmp_path, shown, monkeypatch, built):
+    left = {"kind": "rollout", "run_id": "r-old", "step": "draining", "intent_digest": "d-gpu-1", "drained_by": "r-old"}
+    nodes = FakeNodes({"gpu-1": [{"record": left, "lease": None}], "gpu-3": [{"failed": True, "unreachable": True,
+                                                                              "msg": "ssh: connect refused"}]})
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
+        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([[URL["gpu-2"]]]))
+    run = start(tmp_path, hosts=["gpu-2"], group=["gpu-1", "gpu-2", "gpu-3"])
+    found = hostvars({"gpu-2": {}})
+    found["gpu-1"] = {"sglang_unit_name": "sglang-a.service"}
+    out = act(dict(state="prepared", run=run, hosts=["gpu-2"], alive=["gpu-2"], router_url="http://router:30080"),
+              hostvars=found, sglang_unit_name="sglang.service", sglang_fleet_dir="/var/lib/f")
+    assert [(host, args) for host, dummy, args in nodes.calls] == [
+        ("gpu-1", {"state": "query", "unit": "sglang-a.service", "directory": "/var/lib/f"}),
+        ("gpu-3", {"state": "query", "unit": "sglang.service", "directory": "/var/lib/f"})] and nodes.closed
+    assert out["failed"] and "left gpu-1 (run r-old, step draining) mid-change" in out["msg"], out
+    # nothing left out: nothing is asked
+    nodes.calls[:] = []
+    out = act(dict(state="prepared", run=start(tmp_path), hosts=HOSTS, alive=HOSTS, router_url="http://router:30080"),
+              hostvars=hostvars({"gpu-1": {}, "gpu-2": {}}))
+    assert nodes.calls == [] and not out.get("failed"), out
+
+
 def test_a_host_that_failed_or_was_lost_in_the_prepare_phase_stops_everything(tmp_path, shown, monkeypatch, built):
     run = start(tmp_path)
     out = prepared(monkeypatch, run, {"gpu-1": {}, "gpu-2": {}}, workers=[], alive=["gpu-1"], failed=["gpu-1"])
@@ -311,6 +335,105 @@ def test_a_batch_slot_another_run_holds_refuses_the_batch_naming_it(monkeypatch,
     out, seen = capacity(monkeypatch, [list(URL.values())], {}, slot=held)
     assert out["failed"] and "the group's batch slot" in out["msg"] and "rollout r-9 on bastion-2" in out["msg"]
     assert seen == []  # nothing probed, nothing changed
+
+
+# ------------------------------------------------------------------ batch: renewals, the slot, the guard in one task
+
+class FakeNodes(object):
+    """NodeRunners: each other host's lease module answers from `answers` (host -> list, last one repeated)."""
+
+    def __init__(self, answers):
+        self.answers, self.calls, self.closed = answers, [], False
+
+    def __call__(self, action, task_vars, progress=True, prefix=""):
+        return self
+
+    def run_on(self, host):
+        nodes = self
+
+        class Runner(object):
+            @staticmethod
+            def run(module, args):
+                nodes.calls.append((host, module, args))
+                queue = nodes.answers.get(host) or [{"lease": {"generation": 7}}]
+                return queue.pop(0) if len(queue) > 1 else queue[0]
+        return Runner()
+
+    def close(self):
+        self.closed = True
+
+
+def batch(monkeypatch, tmp_path, answers=None, probes=None, taken_ago=200.0, anchor="gpu-4", **over):
+    nodes = FakeNodes(answers or {})
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
+        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(action_mod.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(action_mod.time, "sleep", lambda s: clock.update(now=clock["now"] + s))
+    monkeypatch.setattr(action_mod.ActionModule, "_probe", lambda self, url, key, timeout: (
+        (True, "answers /generate") if (probes or {}).get(url, True) is True else (False, probes[url])))
+    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([list(URL.values())]))
+    hosts = sorted(URL)
+    run = dict(run_id="r-1", run_dir=str(tmp_path), hosts=hosts, servers=hosts, holder={"kind": "rollout", "run_id": "r-1"},
+               lease_seconds=300, pending_lease_seconds=900, leases=True, min_healthy=2, capacity_wait=30,
+               leases_taken_at=action_mod.time.time() - taken_ago, takeover_runs=[],
+               slot={"anchor": anchor, "unit": "sglang-batch-slot", "directory": "/var/lib/f"}, analysis={})
+    run.update(over)
+    found = HostVars((host, {"ansible_host": URL[host][7:15], "rollout_lease": {"lease": {"generation": 3}},
+                             "sglang_drift": {"prepared": {"lease": {"unit": "sglang.service", "directory": "/var/lib/f"}}}})
+                     for host in hosts)
+    args = dict(state="batch", run=run, batch=["gpu-1"], router_url="http://r", leaving=[URL["gpu-1"]])
+    return act(args, hostvars=found), nodes
+
+
+def test_a_batch_renews_the_waiting_hosts_leases_when_half_a_lease_passed_then_takes_the_slot_and_checks(
+        monkeypatch, tmp_path, shown):
+    out, nodes = batch(monkeypatch, tmp_path)
+    renewals = [call for call in nodes.calls if call[2]["unit"] == "sglang.service"]
+    assert [host for host, dummy, dummy2 in renewals] == ["gpu-2", "gpu-3", "gpu-4"]  # not the batch's own
+    assert all(args["holder"] == {"kind": "rollout", "run_id": "r-1", "generation": 3} and args["seconds"] == 900
+               for dummy, dummy2, args in renewals)
+    assert [r["ok"] for r in out["renewed"]] == [True] * 3
+    slot = [call for call in nodes.calls if call[2]["unit"] == "sglang-batch-slot"]
+    assert [host for host, dummy, dummy2 in slot] == ["gpu-4"] and out["slot"]["lease"]["generation"] == 7
+    assert not out.get("failed") and out["remaining"] == 3 and nodes.closed
+    # the next batch, at once: nothing is due
+    again, nodes = batch(monkeypatch, tmp_path)
+    assert again["renewed"] == [] and not [c for c in nodes.calls if c[2]["unit"] == "sglang.service"]
+
+
+def test_a_batch_soon_after_the_leases_were_taken_renews_none_and_a_run_without_a_slot_takes_none(
+        monkeypatch, tmp_path, shown):
+    out, nodes = batch(monkeypatch, tmp_path, taken_ago=10.0, anchor=None)
+    assert out["renewed"] == [] and nodes.calls == [] and "slot" not in out and not out.get("failed")
+
+
+def test_a_batch_waits_for_the_slot_another_run_holds_and_refuses_past_the_capacity_wait_keeping_what_it_got(
+        monkeypatch, tmp_path, shown):
+    held = {"failed": True, "msg": "the host is leased by rollout r-9 on bastion-2 by bob"}
+    out, nodes = batch(monkeypatch, tmp_path, answers={"gpu-4": [held, held, {"lease": {"generation": 4}}]},
+                       taken_ago=0)
+    assert not out.get("failed") and out["slot"]["lease"]["generation"] == 4 and len(nodes.calls) == 3
+    out, nodes = batch(monkeypatch, tmp_path, answers={"gpu-4": [held]}, taken_ago=0)
+    assert out["failed"] and "the group's batch slot" in out["msg"] and "rollout r-9 on bastion-2" in out["msg"]
+    assert out["slot"]["failed"] and len(nodes.calls) == 1 + 30 // 5  # asked every 5 s for the capacity wait
+
+
+def test_a_batch_the_guard_refuses_still_returns_the_slot_it_took_so_it_is_released(monkeypatch, tmp_path, shown):
+    out, nodes = batch(monkeypatch, tmp_path, probes={URL["gpu-2"]: "refused", URL["gpu-3"]: "refused"}, taken_ago=0,
+                       capacity_wait=0)
+    assert out["failed"] and "would leave 1 healthy worker(s)" in out["msg"]
+    assert out["slot"]["lease"]["generation"] == 7 and not out["slot"].get("failed")
+
+
+def test_a_batch_without_a_router_only_renews(monkeypatch, tmp_path, shown):
+    nodes = FakeNodes({})
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
+        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    run = dict(run_id="r-1", run_dir=str(tmp_path), hosts=["gpu-1"], leases=True, lease_seconds=300,
+               leases_taken_at=0, slot={"anchor": "gpu-1"})
+    out = act(dict(state="batch", run=run, batch=["gpu-1"], router_url=""), hostvars=HostVars())
+    assert not out.get("failed") and "no router" in out["msg"] and nodes.calls == [] and out["renewed"] == []
 
 
 # ------------------------------------------------------------------ finish
