@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: contributors to gpufleet.inference
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The controller's side of a rollout: inputs, the run's plan from what the fleet holds, the capacity
-guard, the end - and the controller's copy of the records.
+"""The controller's side of a rollout: inputs, the run's plan from what the fleet holds, what each batch does
+before it leaves the router (plugin_utils/_batch.py: renewals, the group's batch slot, the capacity guard), the
+end - and the controller's copy of the records.
 
 Runs on the controller only (no module is sent to a host). The fleet is the source of truth: each host's
 lease and record (module_utils/_lease.py, read by the prepare phase's drift check and written by
@@ -11,10 +12,8 @@ Documentation: plugins/modules/sglang_rollout.py.
 """
 from __future__ import annotations
 
-import math
 import os
 import shutil
-import threading
 import time
 
 from ansible.errors import AnsibleActionFail
@@ -28,8 +27,8 @@ from ansible_collections.gpufleet.inference.plugins.module_utils import _groups
 from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils import _http
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
-from ansible_collections.gpufleet.inference.plugins.module_utils._probe import generate, generate_verdict
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterClient, RouterError
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _batch
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _holder
 from ansible_collections.gpufleet.inference.plugins.plugin_utils import _serving
 from ansible_collections.gpufleet.inference.plugins.plugin_utils._nodes import NodeRunners
@@ -39,19 +38,6 @@ display = Display()
 _http.preload()
 
 STATES = ("start", "record", "prepared", "leased", "batch", "capacity", "finish", "status")
-LEASE_MODULE = "gpufleet.inference.sglang_lease"
-# How often a batch asks again for the group's batch slot another run holds.
-SLOT_POLL_SECONDS = 5.0
-
-
-def addresses_of(hostvars, host):
-    """Where a host can be reached: what a router worker URL of it may name."""
-    facts = hostvars.get(host) or {}
-    found = [host, facts.get("ansible_host"), facts.get("sglang_host")]
-    worker = facts.get("sglang_router_worker_url")
-    if worker:
-        found.append(_fleet.url_host(worker))
-    return [str(item) for item in found if item and str(item) not in ("0.0.0.0", "::", "[::]", "*")]
 
 
 class ActionModule(ActionBase):
@@ -183,7 +169,7 @@ class ActionModule(ActionBase):
             follower = (prepared.get("group") or {}).get("rank", 0) > 0  # a serving group's node that serves no HTTP
             if workers is not None and not follower:
                 listed = _fleet.router_url_of(workers, (prepared.get("endpoint") or {}).get("worker_url"),
-                                              record.get("worker_url"), addresses_of(hostvars, host))
+                                              record.get("worker_url"), _batch.addresses_of(hostvars, host))
             lease = dict(drift.get("lease") or {})
             if lease.get("live"):
                 lease["gone"] = _holder.gone(lease)
@@ -286,8 +272,8 @@ class ActionModule(ActionBase):
                 where = dict((name, self._templar.template(own.get(name) or task_vars.get(name)))
                              for name in ("sglang_unit_name", "sglang_fleet_dir"))
                 try:
-                    result = nodes(host).run(LEASE_MODULE, dict(state="query", unit=where["sglang_unit_name"],
-                                                                directory=where["sglang_fleet_dir"]))
+                    result = nodes(host).run(_batch.LEASE_MODULE, dict(
+                        state="query", unit=where["sglang_unit_name"], directory=where["sglang_fleet_dir"]))
                 except Exception as exc:  # pylint: disable=broad-except  # no connection to it could be made
                     result = {"failed": True, "unreachable": True, "msg": str(exc)}
                 results.append(dict(result, item=host))
@@ -398,165 +384,41 @@ class ActionModule(ActionBase):
             return
         shutil.rmtree(run_dir, ignore_errors=True)
 
-    # ------------------------------------------------------------------ batch
+    # ------------------------------------------------------------------ batch: before a batch leaves the router
 
     def _batch(self, args, task_vars):
-        """Once per batch of the apply phase, in one task: renew the leases of the run's hosts outside this batch
-        (once half a lease has passed since the last renewal), take the group's batch slot (one batch of the group
-        out of the router at a time, whichever run), and check the group keeps enough healthy workers. The slot
-        taken is in the result (``slot``) even when the capacity check refuses, so that it is released."""
+        """Once per batch of the apply phase, one task (plugin_utils/_batch.py): renew the waiting hosts' leases,
+        take the group's batch slot, check the group's capacity. The slot taken is in the result (``slot``) even
+        when the capacity check refuses, so that it is released."""
         run = args.get("run") or {}
         if not run.get("run_dir"):
             raise ro.RolloutError("batch needs run (the result of state=prepared)")
-        batch = list(args.get("batch") or [])
+        hostvars = task_vars.get("hostvars") or {}
         nodes = NodeRunners(self, task_vars, progress=False)
-        out = {"renewed": self._renew_waiting(nodes, run, batch, task_vars)}
         try:
+            out = {"renewed": _batch.renew_waiting(nodes, run, list(args.get("batch") or []), hostvars,
+                                                   self._templar.template, self._task.check_mode)}
             if not args.get("router_url"):
                 out["msg"] = "no router: no batch slot, no capacity guard"
                 return out
-            slot = self._take_slot(nodes, run) if (run.get("slot") or {}).get("anchor") else {}
+            slot = _batch.take_slot(nodes, run) if (run.get("slot") or {}).get("anchor") else {}
             if slot:
                 out["slot"] = slot
-            try:
-                out.update(self._capacity(dict(args, slot=slot, group=run.get("servers"), min_healthy=run.get(
-                    "min_healthy", 0), capacity_wait=run.get("capacity_wait", 300), analysis=run.get("analysis")),
-                    task_vars))
-            except ro.RolloutError as exc:
-                out.update(failed=True, msg=str(exc))
-            return out
         finally:
             nodes.close()
-
-    def _renew_waiting(self, nodes, run, batch, task_vars):
-        """Renew the leases of the run's hosts outside `batch` once half a lease has passed since they were last
-        renewed (the prepare phase took them for a lease plus one batch's longest time). A renewal that fails is
-        left to the host's own step: a lease taken over stops the run at that host, before it is touched."""
-        if self._task.check_mode or not run.get("leases", True):
-            return []
-        marker = os.path.join(run["run_dir"], ".leases_renewed")
-        last = float(run.get("leases_taken_at") or 0)
         try:
-            last = max(last, os.stat(marker).st_mtime)
-        except OSError:
-            pass
-        if time.time() - last < float(run.get("lease_seconds") or 300) / 2.0:
-            return []
-        hostvars = task_vars.get("hostvars") or {}
-        renewed = []
-        for host in [name for name in run.get("hosts") or [] if name not in batch]:
-            facts = hostvars[host] if host in hostvars else {}
-            lease = self._templar.template(((facts.get("sglang_drift") or {}).get("prepared") or {}).get("lease") or {})
-            taken = self._templar.template(facts.get("rollout_lease") or {})
-            generation = (taken.get("lease") or {}).get("generation")
-            if not lease or generation is None:
-                continue
-            result = nodes(host).run(LEASE_MODULE, dict(
-                state="held", unit=lease["unit"], directory=lease["directory"],
-                seconds=run["pending_lease_seconds"], holder=dict(run["holder"], generation=generation)))
-            renewed.append({"host": host, "ok": not result.get("failed"), "msg": result.get("msg")})
-        with open(marker, "w"):
-            pass  # its time is the renewal's
-        return renewed
-
-    def _take_slot(self, nodes, run):
-        """The group's batch slot, held on its anchor host: asked again every few seconds while another run holds
-        it, for at most rollout_capacity_wait. The lease module's result (``failed`` when it was not taken)."""
-        slot = run["slot"]
-        args = dict(state="held", unit=slot["unit"], directory=slot["directory"], seconds=run["pending_lease_seconds"],
-                    holder=run["holder"], takeover_runs=run.get("takeover_runs") or [])
-        deadline = time.monotonic() + float(run.get("capacity_wait", 300))
-        while True:
-            result = nodes(slot["anchor"]).run(LEASE_MODULE, args)
-            if not result.get("failed") or result.get("unreachable") or time.monotonic() >= deadline:
-                return result
-            time.sleep(SLOT_POLL_SECONDS)
-
-    # ------------------------------------------------------------------ capacity
-
-    def _probe(self, url, api_key, timeout):
-        resp = generate(_http.HttpClient(url, api_key or None, True), "ping", 1, timeout)
-        ok = generate_verdict(resp)[0]
-        return ok, "answers /generate" if ok else "/generate: %s" % resp.describe()
+            out.update(self._capacity(dict(args, slot=slot, group=run.get("servers"), min_healthy=run.get(
+                "min_healthy", 0), capacity_wait=run.get("capacity_wait", 300), analysis=run.get("analysis")),
+                task_vars))
+        except ro.RolloutError as exc:
+            out.update(failed=True, msg=str(exc))
+        return out
 
     def _capacity(self, args, task_vars):
-        """The group (every server of the rollout's group, not only the play's: a single-node host, or a serving
-        group's head, which serves for all its nodes) keeps min_healthy healthy workers while this batch is out:
-        membership from the router, health from a fresh /generate of each worker."""
+        """The capacity guard over the whole group (plugin_utils/_batch.py), each worker probed with its host's key."""
         hostvars = task_vars.get("hostvars") or {}
-        group = list(args.get("group") or [])
-        leaving = [str(url).rstrip("/") for url in args.get("leaving") or [] if url]
-        analysis = args.get("analysis") or {}
-        if analysis.get("isolate") and analysis.get("canary") in (args.get("batch") or []):
-            leaving.append(str(analysis["baseline_url"]).rstrip("/"))  # out of the router for the analysis
-        required_spec = ro.parse_count(args.get("min_healthy", 0), "rollout_min_healthy")
-        if isinstance(required_spec, str):
-            required = int(math.ceil(float(required_spec.rstrip("%")) / 100.0 * len(group)))
-        else:
-            required = int(required_spec)
-        wait = float(args.get("capacity_wait", 300))
-        poll = float(args.get("poll", 2))
-        slot = args.get("slot") or {}
-        if slot.get("failed") or slot.get("unreachable"):
-            raise ro.RolloutError(
-                "capacity guard: the group's batch slot (one batch of the group out of the router at a time, whichever "
-                "run) could not be taken within rollout_capacity_wait: %s. Nothing was changed in this batch." % (
-                    slot.get("msg") or "unreachable"))
-        client = RouterClient(args["router_url"], args.get("router_api_key") or None, timeout=10.0)
-        started = time.monotonic()
-        while True:
-            try:
-                listed = client.list_workers()
-                problem = None
-            except RouterError as exc:
-                listed, problem = [], str(exc)
-            members = self._group_workers(listed, group, hostvars)
-            healthy = self._probe_all(members, hostvars)
-            ok, remaining, unhealthy = _fleet.capacity(members, healthy, leaving, required)
-            if problem is None and ok:
-                return {"healthy": sorted(url for url in members if healthy[url][0]), "remaining": len(remaining),
-                        "required": required, "group": len(group), "waited": round(time.monotonic() - started, 1)}
-            waited = time.monotonic() - started
-            if waited >= wait:
-                absent = sorted(set(group) - set(members.values()))
-                raise ro.RolloutError(
-                    "capacity guard: taking %s out of the router would leave %d healthy worker(s) of the group's %d "
-                    "server(s) (a serving group counts once), below rollout_min_healthy %s (%d). Unhealthy (probed now): %s. Not in the router: %s. "
-                    "Waited %.0fs (rollout_capacity_wait) for capacity to come back; nothing was changed in this "
-                    "batch." % (", ".join(leaving) or "nothing", len(remaining), len(group), required_spec, required,
-                                "; ".join(unhealthy) or "none", ", ".join(absent) or "none" if problem is None
-                                else problem, waited))
-            time.sleep(max(0.0, min(poll, wait - waited)))
-
-    @staticmethod
-    def _group_workers(listed, group, hostvars):
-        """{worker url: host} of the router's workers that belong to a host of the group."""
-        members = {}
-        for host in group:
-            names = set(address.strip("[]").lower() for address in addresses_of(hostvars, host))
-            for worker in listed:
-                url = str(worker.get("url") or "").rstrip("/")
-                if _fleet.url_host(url) in names:
-                    members[url] = host
-        return members
-
-    def _probe_all(self, members, hostvars):
-        """A fresh probe of every worker at once (the router's own health flag lags a stopped server)."""
-        found = {}
-
-        def one(url, host):
-            key = self._templar.template((hostvars.get(host) or {}).get("sglang_api_key") or "")
-            try:
-                found[url] = self._probe(url, key, 5.0)
-            except Exception as exc:  # pylint: disable=broad-except  # a probe that breaks is an unhealthy worker
-                found[url] = (False, str(exc))
-        # daemon threads: a probe stuck past its join must never keep the controller's process from exiting
-        threads = [threading.Thread(target=one, args=(url, host), daemon=True) for url, host in members.items()]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(15)
-        return dict((url, found.get(url, (False, "no answer within 15s"))) for url in members)
+        return _batch.capacity(args, hostvars, lambda host: self._templar.template(
+            (hostvars.get(host) or {}).get("sglang_api_key") or ""))
 
     # ------------------------------------------------------------------ finish
 
@@ -621,7 +483,7 @@ class ActionModule(ActionBase):
             lease = state.get("lease") or {}
             listed = None
             if workers is not None:
-                listed = _fleet.router_url_of(workers, None, record.get("worker_url"), addresses_of(hostvars, host))
+                listed = _fleet.router_url_of(workers, None, record.get("worker_url"), _batch.addresses_of(hostvars, host))
             rows.append({"host": host, "reachable": bool(state) and not state.get("unreachable"),
                          "run_id": record.get("run_id"), "kind": record.get("kind"), "step": record.get("step"),
                          "status": record.get("status"), "intent_digest": record.get("intent_digest"),

@@ -10,6 +10,7 @@ import pytest
 
 import fakes
 from ansible_collections.gpufleet.inference.plugins.action import sglang_rollout as action_mod
+from ansible_collections.gpufleet.inference.plugins.plugin_utils import _batch as batch_mod
 from ansible_collections.gpufleet.inference.plugins.module_utils import _rollout as ro
 from ansible_collections.gpufleet.inference.plugins.module_utils._hostpath import CRITICAL_PATH_MODULES
 from ansible_collections.gpufleet.inference.plugins.module_utils._router import RouterError
@@ -287,15 +288,15 @@ def group_vars(hosts):
 
 
 def capacity(monkeypatch, listed, probes, **args):
-    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter(listed))
-    monkeypatch.setattr(action_mod.time, "sleep", lambda s: None)
+    monkeypatch.setattr(batch_mod, "RouterClient", FakeRouter(listed))
+    monkeypatch.setattr(batch_mod.time, "sleep", lambda s: None)
     seen = []
 
-    def probe(self, url, api_key, timeout):
+    def probe(url, api_key, timeout):
         seen.append((url, api_key))
         answer = probes(url) if callable(probes) else probes.get(url, True)
         return (answer, "answers /generate") if answer is True else (False, answer)
-    monkeypatch.setattr(action_mod.ActionModule, "_probe", probe)
+    monkeypatch.setattr(batch_mod, "probe", probe)
     base = dict(state="capacity", router_url="http://r", group=sorted(URL), leaving=[URL["gpu-1"]], min_healthy=2,
                 capacity_wait=0, poll=0)
     base.update(args)
@@ -323,7 +324,7 @@ def test_hosts_outside_the_limit_count_and_hosts_out_of_the_router_are_named(mon
 
 def test_the_guard_waits_for_capacity_to_come_back(monkeypatch, shown):
     clock = iter([0.0, 0.0, 1.0, 2.0, 3.0, 4.0])
-    monkeypatch.setattr(action_mod.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(batch_mod.time, "monotonic", lambda: next(clock))
     answers = iter([False, True, True])
     out, seen = capacity(monkeypatch, [[URL["gpu-1"], URL["gpu-2"]], list(URL.values())],
                          lambda url: True if url != URL["gpu-2"] else next(answers), min_healthy=2, capacity_wait=30)
@@ -368,15 +369,15 @@ def batch(monkeypatch, tmp_path, answers=None, probes=None, taken_ago=200.0, anc
     monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
         "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
     clock = {"now": 1000.0}
-    monkeypatch.setattr(action_mod.time, "monotonic", lambda: clock["now"])
-    monkeypatch.setattr(action_mod.time, "sleep", lambda s: clock.update(now=clock["now"] + s))
-    monkeypatch.setattr(action_mod.ActionModule, "_probe", lambda self, url, key, timeout: (
+    monkeypatch.setattr(batch_mod.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(batch_mod.time, "sleep", lambda s: clock.update(now=clock["now"] + s))
+    monkeypatch.setattr(batch_mod, "probe", lambda url, key, timeout: (
         (True, "answers /generate") if (probes or {}).get(url, True) is True else (False, probes[url])))
-    monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([list(URL.values())]))
+    monkeypatch.setattr(batch_mod, "RouterClient", FakeRouter([list(URL.values())]))
     hosts = sorted(URL)
     run = dict(run_id="r-1", run_dir=str(tmp_path), hosts=hosts, servers=hosts, holder={"kind": "rollout", "run_id": "r-1"},
                lease_seconds=300, pending_lease_seconds=900, leases=True, min_healthy=2, capacity_wait=30,
-               leases_taken_at=action_mod.time.time() - taken_ago, takeover_runs=[],
+               leases_taken_at=batch_mod.time.time() - taken_ago, takeover_runs=[],
                slot={"anchor": anchor, "unit": "sglang-batch-slot", "directory": "/var/lib/f"}, analysis={})
     run.update(over)
     found = HostVars((host, {"ansible_host": URL[host][7:15], "rollout_lease": {"lease": {"generation": 3}},
