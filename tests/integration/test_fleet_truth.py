@@ -13,11 +13,15 @@ each host's lease and record (read through the container) - not only what the pl
 """
 from __future__ import annotations
 
+import json
 import re
+import subprocess
 import time
 
+from lab_support import BIN
+
 from rollout_support import (SIM_ENV, Playbook, Records, assert_records_consistent, assert_runs, describe, failures,
-                             fleet_record, fleet_state, in_router, kill_group, leases, play_batches,
+                             fleet_record, fleet_state, host_state, in_router, kill_group, leases, play_batches,
                              remove_workers, router_workers, worker_url)
 from rollout_support import fleet_of, lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
 from test_rollout_safety import (NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, assert_untouched, finished,
@@ -242,6 +246,27 @@ def test_an_unreachable_host_holds_nothing_an_operators_drain_is_kept_and_free_s
         "unchanged (verified), out of the router"
     assert records.ledger(first["name"])["run_id"] == Records(tmp_path / "c").only_run()
     assert not leases(lab, hosts), "a run that changed nothing left leases"
+
+    # A live lease of another controller (not provably gone: it binds until it expires) refuses a run that
+    # changes nothing too; with rollout_break_lease the run breaks it - holding the host though it changes
+    # nothing - and releases it at its finish. Nothing restarts.
+    bastion = {"kind": "rollout", "run_id": "r-bastion", "session": "s-bastion", "controller": "bastion-9",
+               "user": "bob", "job": None}
+    taken = subprocess.run([str(BIN / "ansible"), "-i", str(inv.hosts_yml), first["name"], "-m",
+                            "gpufleet.inference.sglang_lease", "-a", json.dumps(
+                                {"unit": "sglang.service", "directory": "/var/lib/gpufleet-inference/fleet",
+                                 "holder": bastion, "seconds": 600})],
+                           env=inv.env, capture_output=True, text=True, timeout=120, check=False)
+    assert taken.returncode == 0 and leases(lab, [first]), taken.stdout + taken.stderr
+    refused = finished(rollout(inv, tmp_path / "e", [first]))
+    assert refused.rc != 0 and failures(refused.out)[0][0] == PLAN_TASK, refused
+    assert "bastion-9" in " ".join(refused.out.split()), refused
+    broke = finished(rollout(inv, tmp_path / "f", [first], "-e", "rollout_break_lease=true"))
+    assert broke.rc == 0, broke
+    lease = fleet_state(lab, [first], None)[first["name"]]
+    assert not leases(lab, [first]) and lease["invocation"] == after[first["name"]]["invocation"], describe(lease)
+    held = host_state(lab, first)["lease"]
+    assert held["released"] and held["previous"]["holder"]["controller"] == "bastion-9", held
     assert_untouched(after[lab_hosts[3]["name"]])
 
 
