@@ -47,11 +47,13 @@ def test_leases_are_renewed_once_half_a_lease_passed_and_the_renewal_is_remember
     assert _batch.renew_waiting(Nodes(), run_of(tmp_path), ["a"], HOSTVARS, lambda value: value) == []  # just now
 
 
-@pytest.mark.parametrize("over, check_mode", [({"leases_taken_at": time.time() - 149}, False), ({"leases": False}, False),
-                                              ({}, True)])
-def test_no_renewal_before_half_a_lease_nor_for_a_run_without_leases_nor_in_check_mode(tmp_path, over, check_mode):
+@pytest.mark.parametrize("taken_ago, over, check_mode", [(100, {}, False), (151, {"leases": False}, False),
+                                                         (151, {}, True)])
+def test_no_renewal_before_half_a_lease_nor_for_a_run_without_leases_nor_in_check_mode(
+        tmp_path, taken_ago, over, check_mode):
     nodes = Nodes()
-    assert _batch.renew_waiting(nodes, run_of(tmp_path, **over), ["a"], HOSTVARS, lambda v: v, check_mode) == []
+    run = run_of(tmp_path, leases_taken_at=time.time() - taken_ago, **over)
+    assert _batch.renew_waiting(nodes, run, ["a"], HOSTVARS, lambda v: v, check_mode) == []
     assert nodes.calls == []
 
 
