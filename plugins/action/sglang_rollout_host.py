@@ -294,8 +294,11 @@ class ActionModule(ActionBase):
         if settings.get("isolate") and self._use_router:
             left = self._router("absent", worker_url=settings["baseline_url"], worker_api_key=key,
                                 drain_timeout=self._router_args["drain_timeout"])
+        def progress(line):
+            self._say("canary analysis: %s" % line)
+            self._renew_leases()
         try:
-            outcome = Analysis.prepare(params, progress=lambda line: self._say("canary analysis: %s" % line)).run()
+            outcome = Analysis.prepare(params, progress=progress).run()
         except AnalysisError as exc:
             outcome = {"verdict": INCONCLUSIVE, "message": "the analysis could not run: %s" % exc}
         finally:
@@ -308,6 +311,12 @@ class ActionModule(ActionBase):
                 outcome["report_error"] = str(exc)
         self._say("canary analysis: %s" % outcome.get("message"))
         return outcome
+
+    def _renew_leases(self):
+        """Between the canary analysis's rounds (minutes on real GPUs): this host's lease - and its serving group's -
+        renewed when due, as the wait renews it between its slices. A lease taken over is found by the next record."""
+        for lease in [self._lease] + [lease for dummy, lease in self._followers.values()]:
+            lease.renew_if_due()
 
     def _reject(self, analysis, in_router):
         """A canary slower than its baseline: out of the router, reverted to its last-known-good unit and verified,

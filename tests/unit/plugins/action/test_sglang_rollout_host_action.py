@@ -622,6 +622,39 @@ def test_the_canary_that_passes_its_analysis_is_kept_and_the_record_says_against
     assert ("sglang_last_good", "saved") in [(n, a.get("state")) for n, a in host.calls]
 
 
+class LongAnalysis(FakeAnalysis):
+    """Two rounds of 150 s each on the action's clock: half of a 300 s lease each."""
+
+    def __init__(self, verdict, clock):
+        super(LongAnalysis, self).__init__(verdict)
+        self.clock, self.progress = clock, None
+
+    def __call__(self, params, progress=None):
+        self.progress = progress
+        return super(LongAnalysis, self).__call__(params, progress)
+
+    def run(self):
+        for number in (1, 2):
+            self.clock["now"] += 150
+            self.progress("round %d/2" % number)
+        return super(LongAnalysis, self).run()
+
+
+def test_a_long_canary_analysis_keeps_the_hosts_lease_renewed_between_its_rounds(tmp_path, shown, monkeypatch):
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(action_mod.time, "monotonic", lambda: clock["now"])
+    FakeAnalysis.seen = []
+    monkeypatch.setattr(action_mod.Analysis, "prepare", LongAnalysis("pass", clock))
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch, analysis=ANALYSIS,
+                         hostvars={"gpu-2": {"sglang_api_key": "k2"}})
+    assert record["status"] == "updated" and FakeAnalysis.seen, record
+    # each round came a third of the lease or more after the last renewal: renewed (no record) between verified
+    # and rejoined
+    assert host.holds() == ["draining", "applying", "verified", None, None, "rejoined"], host.holds()
+    assert any("canary analysis: round 2/2" in line for line in shown.lines)
+
+
 def test_a_canary_slower_than_its_baseline_leaves_the_router_is_reverted_and_stops_the_rollout(
         tmp_path, shown, monkeypatch):
     analysed(monkeypatch, "regression")
