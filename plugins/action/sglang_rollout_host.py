@@ -294,6 +294,7 @@ class ActionModule(ActionBase):
         if settings.get("isolate") and self._use_router:
             left = self._router("absent", worker_url=settings["baseline_url"], worker_api_key=key,
                                 drain_timeout=self._router_args["drain_timeout"])
+
         def progress(line):
             self._say("canary analysis: %s" % line)
             self._renew_leases()
