@@ -21,7 +21,7 @@ import time
 from lab_support import BIN
 
 from rollout_support import (SIM_ENV, Playbook, Records, assert_records_consistent, assert_runs, describe, failures,
-                             fleet_record, fleet_state, host_state, in_router, kill_group, leases, play_batches,
+                             fleet_record, fleet_state, host_state, in_router, kill_group, leases, play_batches, playbook_env,
                              remove_workers, router_workers, worker_url)
 from rollout_support import fleet_of, lab, make_inventory, need_router  # noqa: F401 pylint: disable=unused-import
 from test_rollout_safety import (NEW, OLD, OTHER, SLOW_LOAD, assert_last_good, assert_untouched, finished,
@@ -256,7 +256,7 @@ def test_an_unreachable_host_holds_nothing_an_operators_drain_is_kept_and_free_s
                             "gpufleet.inference.sglang_lease", "-a", json.dumps(
                                 {"unit": "sglang.service", "directory": "/var/lib/gpufleet-inference/fleet",
                                  "holder": bastion, "seconds": 600})],
-                           env=inv.env, capture_output=True, text=True, timeout=120, check=False)
+                           env=playbook_env(inv.env), capture_output=True, text=True, timeout=120, check=False)
     assert taken.returncode == 0 and leases(lab, [first]), taken.stdout + taken.stderr
     refused = finished(rollout(inv, tmp_path / "e", [first]))
     assert refused.rc != 0 and failures(refused.out)[0][0] == PLAN_TASK, refused
