@@ -223,8 +223,7 @@ def test_the_plan_reads_the_hosts_the_run_leaves_out_itself_and_one_mid_change_r
     left = {"kind": "rollout", "run_id": "r-old", "step": "draining", "intent_digest": "d-gpu-1", "drained_by": "r-old"}
     nodes = FakeNodes({"gpu-1": [{"record": left, "lease": None}], "gpu-3": [{"failed": True, "unreachable": True,
                                                                               "msg": "ssh: connect refused"}]})
-    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
-        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: nodes)
     monkeypatch.setattr(action_mod, "RouterClient", FakeRouter([[URL["gpu-2"]]]))
     run = start(tmp_path, hosts=["gpu-2"], group=["gpu-1", "gpu-2", "gpu-3"])
     found = hostvars({"gpu-2": {}})
@@ -346,10 +345,7 @@ class FakeNodes(object):
     def __init__(self, answers):
         self.answers, self.calls, self.closed = answers, [], False
 
-    def __call__(self, action, task_vars, progress=True, prefix=""):
-        return self
-
-    def run_on(self, host):
+    def __call__(self, host):
         nodes = self
 
         class Runner(object):
@@ -366,8 +362,7 @@ class FakeNodes(object):
 
 def batch(monkeypatch, tmp_path, answers=None, probes=None, taken_ago=200.0, anchor="gpu-4", **over):
     nodes = FakeNodes(answers or {})
-    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
-        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: nodes)
     clock = {"now": 1000.0}
     monkeypatch.setattr(batch_mod.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(batch_mod.time, "sleep", lambda s: clock.update(now=clock["now"] + s))
@@ -429,8 +424,7 @@ def test_a_batch_the_guard_refuses_still_returns_the_slot_it_took_so_it_is_relea
 
 def test_a_batch_without_a_router_only_renews(monkeypatch, tmp_path, shown):
     nodes = FakeNodes({})
-    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: type(
-        "N", (), {"__call__": lambda self, host: nodes.run_on(host), "close": lambda self: nodes.close()})())
+    monkeypatch.setattr(action_mod, "NodeRunners", lambda action, task_vars, **kw: nodes)
     run = dict(run_id="r-1", run_dir=str(tmp_path), hosts=["gpu-1"], leases=True, lease_seconds=300,
                leases_taken_at=0, slot={"anchor": "gpu-1"})
     out = act(dict(state="batch", run=run, batch=["gpu-1"], router_url=""), hostvars=HostVars())
