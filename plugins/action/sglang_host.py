@@ -77,6 +77,7 @@ class ActionModule(ActionBase):
             return result
         try:
             result.update(getattr(self, "_" + state)(path, task_vars))
+            lease.flush()  # a step's record that no module of the step carried
         except hp.StepFailed as failed:
             result.update(dict(failed.result), failed=True, failed_step=failed.step,
                           msg="%s: %s: %s" % (host, failed.step, failed.result.get("msg")))
@@ -90,10 +91,12 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _hold(path, step, status="in progress"):
+        """The step recorded on the host before it changes anything there: on the step's own module run
+        when it has one that carries the lease (HostPath.RIDERS), else by a lease run just before."""
         holder = path.lease.holder
-        path.lease.hold(record={"kind": holder.get("kind"), "run_id": holder.get("run_id"), "step": step,
-                                "status": status, "intent_digest": path.prepared.get("digest")},
-                        intent_digest=path.prepared.get("digest"))
+        path.lease.defer(record={"kind": holder.get("kind"), "run_id": holder.get("run_id"), "step": step,
+                                 "status": status, "intent_digest": path.prepared.get("digest")},
+                         intent_digest=path.prepared.get("digest"))
 
     @staticmethod
     def _release(path, step, status):

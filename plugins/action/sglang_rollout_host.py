@@ -90,19 +90,30 @@ class ActionModule(ActionBase):
     def _say(self, text):
         self._runner.say(text)
 
-    def _record(self, step, drained_by=None, worker_url=None, on_host=True, **values):
-        """One step in the controller's copy, then on the host (its record, with the lease renewed): a host
+    def _record(self, step, drained_by=None, worker_url=None, on_host=True, defer=False, controller=True, **values):
+        """One step on the host (its record, with the lease renewed), then in the controller's copy: a host
         that cannot be reached, or whose lease was taken over, fails here - before the step's work. A serving
-        group's followers record the same step, each with its own share of the values."""
+        group's followers record the same step, each with its own share of the values.
+
+        With `defer` (a host that heads no serving group), the host's record rides on the step's own module
+        run (the install, the last-known-good copy) or is written just before the next module that carries
+        none (HostPath): the host fails there, still before that module changes anything. `controller`
+        False: the host's record only (the controller's copy follows when the step's values are complete)."""
         values.update(router=self._use_router)
         nodes = [(self._host, self._lease, values, drained_by, worker_url)] + [
             (host, lease, self._node_values(host, values), None, None) for host, (dummy, lease) in self._followers.items()]
         for host, lease, node_values, out_by, url in nodes:
             if on_host:
                 fields = ro.build_record(host, step, node_values, self._run)
-                # the drain renews nothing while it waits: the lease covers it
-                lease.hold(record=ro.host_record(fields, self._run, drained_by=out_by, worker_url=url),
-                           longer=self._router_args["drain_timeout"] if step == "draining" else 0)
+                record = ro.host_record(fields, self._run, drained_by=out_by, worker_url=url)
+                if defer and not self._followers:
+                    self._deferred = (step, self._state.get("step"))
+                    lease.defer(record)
+                else:
+                    # the drain renews nothing while it waits: the lease covers it
+                    lease.hold(record=record, longer=self._router_args["drain_timeout"] if step == "draining" else 0)
+            if not controller:
+                continue
             state = ro.record_step(self._run, host, step, node_values)
             if host == self._host:
                 self._state = state
@@ -182,6 +193,7 @@ class ActionModule(ActionBase):
         self._drain_url = self._plan.get("drain_url")
         self._drift = drift
         self._state = {}
+        self._deferred = None  # (the step whose host record is deferred, the step before it)
         before = ro.read_json(os.path.join(self._run["run_dir"], "%s.json" % self._host)) or {}
         try:
             outcome = self._critical_path(args, recovering="recovering" in before)
@@ -234,8 +246,8 @@ class ActionModule(ActionBase):
                                    drain_timeout=self._router_args["drain_timeout"])
             if drained.get("failed"):
                 raise hp.StepFailed(DRAIN, drained)
+        self._record("applying", drained_by=out_by, defer=True)
         self._unit.adopt_last_good()
-        self._record("applying", drained_by=out_by)
         verified = self._unit.apply()
         self._record("verified", drained_by=out_by, drift=self._drift, verified=verified)
         rejoined_at, analysis = None, None
@@ -257,13 +269,17 @@ class ActionModule(ActionBase):
                 return self._reject(analysis, in_router=rejoined_at is not None)
         held = bool(analysis and analysis["verdict"] == INCONCLUSIVE and
                     self._run["analysis"].get("on_inconclusive") == "stop")
+        values = dict(drift=self._drift, verified=verified, drained=drained, rejoined_at=rejoined_at,
+                      min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"), recovering=recovering,
+                      left_out=stay_out, analysis=_summary(analysis), held=held)
+        worker_url = self._router_args.get("worker_url")
+        # on the host first, riding on the last-known-good copy (when there is one to keep)
+        self._record("rejoined", worker_url=worker_url, defer=True, controller=False, **values)
         # a canary the analysis could not clear is not kept as last-known-good
         saved, error = (None, None) if held else self._unit.save_last_good(verified)
-        self._state = self._record("rejoined", worker_url=self._router_args.get("worker_url"), drift=self._drift,
-                                   verified=verified, drained=drained, rejoined_at=rejoined_at,
-                                   min_ready_seconds=self._path.settings.get("sglang_min_ready_seconds"),
-                                   recovering=recovering, last_good=saved, last_good_error=error, left_out=stay_out,
-                                   analysis=_summary(analysis), held=held)
+        self._lease.flush()
+        self._state = self._record("rejoined", worker_url=worker_url, on_host=False, last_good=saved,
+                                   last_good_error=error, **values)
         self._say(self._state.get("status"))
         status = self._state.get("status")
         return {"msg": "%s: %s (invocation %s)" % (self._host, status, verified.get("invocation_id")),
@@ -356,6 +372,10 @@ class ActionModule(ActionBase):
     def _fail(self, failed):
         failure = dict(failed.result)
         reached = self._state.get("step") or "prepared"
+        if self._lease.pending is not None and self._deferred and self._deferred[0] == reached:
+            # the step's record never reached the host, nor did the step: no module of it ran there
+            reached = self._deferred[1] or "prepared"
+        self._lease.discard()  # the failure's record supersedes it
         lost = bool(failure.get("unreachable")) or failure.get("verdict") == "connection_lost" or \
             connection_lost(failure) is not None
         if lost:

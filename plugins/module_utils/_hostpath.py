@@ -49,6 +49,9 @@ SYSTEMD = "ansible.builtin.systemd_service"
 GROUP = "ansible.builtin.group"
 # What every changing host runs on its critical path: a rollout builds their payloads before its first batch.
 CRITICAL_PATH_MODULES = (LEASE, UNIT_FILES, READY, LAST_GOOD)
+# The modules that renew the lease and write a deferred record themselves (their `lease` option), before they
+# change anything: a step's record rides on the step's own module run instead of a run of its own.
+RIDERS = (UNIT_FILES, LAST_GOOD)
 USER = "ansible.builtin.user"
 
 # The role's variables the host path reads (defaults in roles/sglang/defaults/main.yml).
@@ -111,6 +114,7 @@ class Lease(object):
         self.holder = dict(holder)
         self.clock = clock
         self.renewed_at = None
+        self.pending = None  # a record deferred to the next module run that changes the host
 
     @property
     def held(self):
@@ -119,6 +123,7 @@ class Lease(object):
     def hold(self, record=None, intent_digest=None, longer=0):
         """Take or renew the lease (and write `record` into the host's record); raises StepFailed.
         ``longer``: seconds added for a step that runs without renewing it (a drain)."""
+        self.flush()
         args = dict(unit=self.unit, directory=self.directory, state="held", holder=self.holder,
                     seconds=self.seconds + int(longer))
         if intent_digest:
@@ -137,6 +142,40 @@ class Lease(object):
         self.renewed_at = self.clock()
         return result
 
+    def defer(self, record, intent_digest=None):
+        """Record a step before the next change, on the module run that makes it (RIDERS) when there is one:
+        the record is written by the first module the host runs after this - carried by a rider, else by a
+        lease run of its own just before. A lease not yet taken is taken now (with `intent_digest`)."""
+        if not self.held:
+            return self.hold(record=record, intent_digest=intent_digest)
+        self.flush()
+        self.pending = record
+        return None
+
+    def rider(self):
+        """The `lease` option that carries the deferred record (RIDERS' argument spec, _lease.RIDER_SPEC)."""
+        return dict(unit=self.unit, directory=self.directory, holder=self.holder, seconds=self.seconds,
+                    record=self.pending)
+
+    def carried(self, result):
+        """After a rider ran with the option: a lease taken over fails the step (HOLD, nothing was changed);
+        a module that held it wrote the record. A module that never ran (unreachable) leaves it deferred."""
+        if result.get("action") == "refused":
+            raise StepFailed(HOLD, result)
+        if result.get("lease"):
+            self.pending = None
+            self.renewed_at = self.clock()
+
+    def flush(self):
+        """The deferred record written by a lease run of its own (before a module that does not carry it)."""
+        if self.pending is not None:
+            record, self.pending = self.pending, None
+            self.hold(record=record)
+
+    def discard(self):
+        """A failure's record supersedes a deferred one (a step that failed before its module ran)."""
+        self.pending = None
+
     def renew_if_due(self):
         """Between the slices of a wait (each at most a third of the lease): renew once a third of the lease
         has passed, so a renewal comes at most two thirds of a lease after the last. A lease taken over meanwhile
@@ -148,6 +187,8 @@ class Lease(object):
                 pass
 
     def release(self, record=None):
+        """Release the lease, writing `record` (it supersedes a deferred record no module carried)."""
+        self.discard()
         if not self.held:
             return {}
         args = dict(unit=self.unit, directory=self.directory, state="released", holder=self.holder)
@@ -179,9 +220,18 @@ class HostPath(object):
     # ------------------------------------------------------------------ plumbing
 
     def _module(self, name, args):
+        """A module run on the host; the lease's deferred record rides on it (RIDERS) or is written first."""
+        lease = self.lease if self.lease is not None and self.lease.pending is not None else None
+        if lease is not None and name in RIDERS:
+            args = dict(args, lease=lease.rider())
+        elif lease is not None:
+            lease.flush()
+            lease = None
         result = self.run(name, args)
         if result.get("unreachable"):
             result["failed"] = True
+        if lease is not None:
+            lease.carried(result)
         return result
 
     def _step(self, step, name, args):
@@ -195,6 +245,8 @@ class HostPath(object):
         """The wait, renewing the lease between its slices: a slice lasts at most a third of the lease, so
         a renewal comes before the lease could run out. ``between`` (optional) runs between slices too (a
         serving group's head watches its followers there)."""
+        if self.lease is not None:
+            self.lease.flush()  # a deferred record is written before the wait (no module of it carries one)
         if self.lease is None and between is None:
             return self.wait(args)
         if self.lease is not None:
@@ -393,9 +445,10 @@ class HostPath(object):
     def restore_last_good(self):
         """Put the last-known-good files back (nothing restarted): (the invocation running before, the module's
         result, whose ``record`` is what the files were verified with)."""
-        reverting = self._module(INFO, dict(unit=self.unit, probe_server=False))
+        # the files first: a record deferred to this step rides on their module run (nothing restarts in between)
         restored = self._module(LAST_GOOD, dict(unit=self.unit, directory=self.settings["sglang_last_good_dir"],
                                                 state="restored"))
+        reverting = self._module(INFO, dict(unit=self.unit, probe_server=False))
         if not restored.get("failed"):
             self.changed = self.changed or bool(restored.get("changed"))
         return reverting.get("invocation_id"), restored

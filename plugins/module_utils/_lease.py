@@ -184,3 +184,66 @@ def view(lease, now):
 
 def write(path, data):
     write_json(path, data, mode=0o644)
+
+
+# The holder's fields as a module's argument spec reads them (sglang_lease's holder, and the lease
+# option of the modules a step of a writer runs).
+HOLDER_SPEC = dict(kind=dict(type="str"), run_id=dict(type="str"), session=dict(type="str"),
+                   generation=dict(type="int"), controller=dict(type="str"), user=dict(type="str"),
+                   job=dict(type="str"), process=dict(type="dict"))
+# The lease option of a module that changes a host for a writer holding its lease (sglang_unit_files,
+# sglang_last_good): the lease is renewed and the step recorded before the module changes anything.
+RIDER_SPEC = dict(unit=dict(type="str", required=True), directory=dict(type="path", required=True),
+                  holder=dict(type="dict", required=True),
+                  seconds=dict(type="int", default=300), record=dict(type="dict"))
+
+
+class Refused(LeaseError):
+    """The lease could not be held: ``lease`` and ``record`` are what the host has (as results show them)."""
+
+    def __init__(self, message, lease, record):
+        super(Refused, self).__init__(message)
+        self.lease = lease
+        self.record = record
+
+
+def hold(directory, unit, holder, seconds, now, record=None, check_mode=False, intent_digest=None, force=False,
+         takeover_runs=()):
+    """Take or renew the lease and merge `record` into the host's record, under the lock: the result
+    (changed, action, lease, record, note). Raises Refused. In check mode it decides and writes nothing
+    (without the lock: taking it would create the lock file)."""
+    files = paths(directory, unit)
+    with locked(directory, unit) if not check_mode else contextlib.nullcontext():
+        lease, kept = read(files["lease"]), read(files["record"])
+        try:
+            new, action, note = take(lease, holder, now, seconds, intent_digest, force, takeover_runs)
+        except LeaseError as exc:
+            raise Refused(str(exc), view(lease, now), kept)
+        if record:
+            kept = merge_record(kept, record, now)
+        changed = new != lease or bool(record)
+        if changed and not check_mode:
+            if new != lease:
+                write(files["lease"], new)
+            if record:
+                write(files["record"], kept)
+    result = dict(changed=changed, action=action, lease=view(new, now), record=kept)
+    if note:
+        result["note"] = note
+    return result
+
+
+def ride(module):
+    """A module's ``lease`` option (RIDER_SPEC), before it changes anything: the lease renewed and the
+    step's record written, or the module fails - nothing changed - with ``action: refused``. Returns
+    the lease as the result shows it (None without the option)."""
+    params = module.params.get("lease")
+    if not params:
+        return None
+    try:
+        held = hold(params["directory"], params["unit"], params["holder"], params["seconds"], time.time(),
+                    record=params.get("record"), check_mode=module.check_mode)
+    except Refused as exc:
+        module.fail_json(msg="%s: %s. Nothing was changed." % (params["unit"], exc), action="refused",
+                         lease=exc.lease, changed=False)
+    return held["lease"]

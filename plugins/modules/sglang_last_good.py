@@ -22,6 +22,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.inference.attributes
+  - gpufleet.inference.lease
 options:
   unit:
     description: The systemd unit.
@@ -99,6 +100,10 @@ changed_files:
   returned: always
   type: list
   elements: str
+lease:
+  description: The host's lease after O(lease) renewed it, as M(gpufleet.inference.sglang_lease) returns it.
+  returned: when O(lease) is given (not with V(query), which changes nothing)
+  type: dict
 """
 
 import json
@@ -106,6 +111,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes, write_atomic
 from ansible_collections.gpufleet.inference.plugins.module_utils._unit_file import parse_environ, rebuild_from_process
 
@@ -230,6 +236,7 @@ def main():
             record=dict(type="dict", default={}),
             from_process=dict(type="bool", default=False),
             state=dict(type="str", choices=["saved", "restored", "query"], default="query"),
+            lease=dict(type="dict", options=_lease.RIDER_SPEC),
         ),
         supports_check_mode=True,
     )
@@ -238,6 +245,9 @@ def main():
     if state == "saved" and not module.params["files"]:
         module.fail_json(msg="state=saved needs files (the unit's paths)", exists=False, record=None, files=[],
                          changed_files=[])
+    held = {}
+    if state != "query" and module.params["lease"]:
+        held["lease"] = _lease.ride(module)  # the writer's step recorded (or refused) before anything is written
     if state == "saved":
         changed, record = last_good.save(module.params["files"], module.params["record"])
     elif state == "restored":
@@ -245,7 +255,7 @@ def main():
     else:
         changed, record = [], last_good.record()
     module.exit_json(changed=bool(changed), exists=record is not None, record=record,
-                     files=[item["path"] for item in (record or {}).get("files", [])], changed_files=changed)
+                     files=[item["path"] for item in (record or {}).get("files", [])], changed_files=changed, **held)
 
 
 if __name__ == "__main__":

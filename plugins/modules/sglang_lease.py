@@ -149,8 +149,6 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 
 _UNIT = re.compile(r"^[A-Za-z0-9@_:.-]+$")
-HOLDER = dict(kind=dict(type="str"), run_id=dict(type="str"), session=dict(type="str"), generation=dict(type="int"),
-              controller=dict(type="str"), user=dict(type="str"), job=dict(type="str"), process=dict(type="dict"))
 
 
 def run(module, now=None):
@@ -162,20 +160,19 @@ def run(module, now=None):
     if params["state"] == "query":
         lease, record = _lease.read(files["lease"]), _lease.read(files["record"])
         return dict(changed=False, action="none", lease=_lease.view(lease, now), record=record)
+    if params["state"] == "held":
+        try:
+            return _lease.hold(directory, unit, holder, params["seconds"], now, record=params["record"],
+                               check_mode=module.check_mode, intent_digest=params["intent_digest"],
+                               force=params["force"], takeover_runs=params["takeover_runs"])
+        except _lease.Refused as exc:
+            module.fail_json(msg=str(exc), lease=exc.lease, record=exc.record, action="refused")
     # check mode reads without the lock (taking it would create the lock file)
     with _lease.locked(directory, unit) if not module.check_mode else contextlib.nullcontext():
         lease, record = _lease.read(files["lease"]), _lease.read(files["record"])
-        note = None
-        if params["state"] == "released":
-            new, released = _lease.release(lease, holder, now)
-            action = "release" if released else "none"
-        else:
-            try:
-                new, action, note = _lease.take(lease, holder, now, params["seconds"], params["intent_digest"],
-                                                params["force"], params["takeover_runs"])
-            except _lease.LeaseError as exc:
-                module.fail_json(msg=str(exc), lease=_lease.view(lease, now), record=record, action="refused")
-        if params["record"] and (params["state"] == "held" or action == "release"):
+        new, released = _lease.release(lease, holder, now)
+        action = "release" if released else "none"
+        if params["record"] and released:
             record = _lease.merge_record(record, params["record"], now)
         changed = new != lease or bool(params["record"])
         if changed and not module.check_mode:
@@ -183,16 +180,13 @@ def run(module, now=None):
                 _lease.write(files["lease"], new)
             if params["record"]:
                 _lease.write(files["record"], record)
-    result = dict(changed=changed, action=action, lease=_lease.view(new, now), record=record)
-    if note:
-        result["note"] = note
-    return result
+    return dict(changed=changed, action=action, lease=_lease.view(new, now), record=record)
 
 
 ARGUMENT_SPEC = dict(
     unit=dict(type="str", required=True),
     state=dict(type="str", default="held", choices=["held", "released", "query"]),
-    holder=dict(type="dict", options=HOLDER),
+    holder=dict(type="dict", options=_lease.HOLDER_SPEC),
     seconds=dict(type="int", default=300),
     intent_digest=dict(type="str"),
     force=dict(type="bool", default=False),

@@ -27,6 +27,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - gpufleet.inference.attributes
+  - gpufleet.inference.lease
 options:
   files:
     description: Files whose content may be shown (in C(--diff) and in error messages).
@@ -126,6 +127,10 @@ status:
   description: The unit's properties before the restart (C(InvocationID) is the process the restart replaced).
   returned: when the unit was restarted
   type: dict
+lease:
+  description: The host's lease after O(lease) renewed it, as M(gpufleet.inference.sglang_lease) returns it.
+  returned: when O(lease) is given
+  type: dict
 failed_at:
   description: V(restart) when the files were written but reloading, enabling or restarting the unit failed.
   returned: on that failure
@@ -141,6 +146,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
 from ansible_collections.gpufleet.inference.plugins.module_utils._files import read_bytes, write_atomic
 from ansible_collections.gpufleet.inference.plugins.module_utils._systemd import parse_show, show_argv
 
@@ -158,6 +164,7 @@ ARGUMENT_SPEC = dict(
     secret_files=dict(type="list", elements="dict", default=[], options=SECRET_FILE_SPEC, no_log=True),
     restart=dict(type="dict", options=dict(unit=dict(type="str", required=True),
                                            force=dict(type="bool", default=False))),
+    lease=dict(type="dict", options=_lease.RIDER_SPEC),
 )
 # What systemd_service returns as `status` and what the caller reads (the replaced InvocationID).
 STATUS_PROPERTIES = ("Id", "InvocationID", "ActiveState", "SubState", "MainPID", "UnitFileState")
@@ -294,17 +301,23 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         items = plan(module.params["files"], module.params["secret_files"])
-        changed_files, created_dirs = install(module, items)
     except (InstallError, OSError) as exc:
         module.fail_json(msg=str(exc), changed_files=[], created_dirs=[], restarted=False)
+    lease = _lease.ride(module)  # the writer's step recorded (or refused) before anything is written
+    held = {"lease": lease} if lease else {}
+    try:
+        changed_files, created_dirs = install(module, items)
+    except (InstallError, OSError) as exc:
+        module.fail_json(msg=str(exc), changed_files=[], created_dirs=[], restarted=False, **held)
     try:
         restarted = restart(module, module.params["restart"], changed_files)
     except RestartError as exc:
         said = "%s written, but %s" % (", ".join(changed_files), exc) if changed_files else str(exc)
         module.fail_json(msg=said, changed=True,  # the unit may have been stopped: never "nothing changed"
-                         changed_files=changed_files, created_dirs=created_dirs, restarted=False, failed_at="restart")
+                         changed_files=changed_files, created_dirs=created_dirs, restarted=False, failed_at="restart",
+                         **held)
     result = dict(changed=bool(changed_files) or restarted["restarted"], changed_files=changed_files,
-                  created_dirs=created_dirs, **restarted)
+                  created_dirs=created_dirs, **dict(restarted, **held))
     if module._diff:
         result["diff"] = diff_of(items)
     module.exit_json(**result)

@@ -33,6 +33,7 @@ class Host(object):
         self.answers = dict((name, list(items)) for name, items in answers.items())
         self.calls = []
         self.leases = []  # the lease's calls, kept apart from the steps'
+        self.carried = []  # (module, its lease option): the steps recorded by the step's own module
 
     def __call__(self, module_name, module_args, task_vars):
         short = module_name.rsplit(".", 1)[-1]
@@ -40,9 +41,15 @@ class Host(object):
             self.leases.append(dict(module_args))
             queue = self.answers.get(short) or [{"changed": True, "lease": {"generation": len(self.leases)}}]
             return dict(queue.pop(0) if len(queue) > 1 else queue[0])
-        self.calls.append((short, dict(module_args)))
+        args = dict(module_args)
+        carried = args.pop("lease", None)  # a step's module that renews the lease and records the step itself
+        self.calls.append((short, args))
         queue = self.answers.get(short) or [{"changed": False}]
-        return dict(queue.pop(0) if len(queue) > 1 else queue[0])
+        answer = dict(queue.pop(0) if len(queue) > 1 else queue[0])
+        if carried:
+            self.carried.append((short, carried))
+            answer.setdefault("lease", {"generation": carried["holder"]["generation"]})
+        return answer
 
     def names(self):
         return [name for name, dummy in self.calls]
@@ -97,6 +104,27 @@ def test_restarted_is_the_handler_restart_wait_and_keep(monkeypatch):
     assert waits[0]["after_invocation"] == OLD and waits[0]["unit"] == "sglang.service"
     assert result["verdict"] == "pass" and result["last_good_saved"] is True and result["changed"] is True
     assert result["ansible_facts"]["sglang_verified"]["invocation_id"] == NEW
+
+
+def test_the_handlers_restart_records_its_step_in_the_same_module_run_under_the_roles_lease(monkeypatch):
+    monkeypatch.setattr(_slices, "wait_in_slices", lambda *a, **k: dict(PASS))
+    host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT], "restarted": False}])
+    installed = act(host, "installed")  # the role's own lease, taken before its first change
+    holder = installed["ansible_facts"]["sglang_lease_holder"]
+    assert [args["record"]["step"] for args in host.leases] == ["applying"] and holder["generation"] == 1
+    host = Host(sglang_unit_files=[{"changed": True, "restarted": True, "status": {"InvocationID": OLD}}],
+                sglang_last_good=[{"changed": True, "exists": True}])
+    act(host, "restarted", sglang_lease_holder=holder)
+    assert host.leases == [] and [(name, args["record"]["step"]) for name, args in host.carried] == [
+        ("sglang_unit_files", "restarting")]
+    assert host.carried[0][1]["holder"]["generation"] == 1
+    # the lease taken over meanwhile: the restart is refused before it restarts anything, and the step says so
+    refused = {"failed": True, "action": "refused", "changed": False, "msg": "sglang.service: this run's lease of the "
+               "host was taken over: it is now held by sweep sw-2. Nothing was changed."}
+    host = Host(sglang_unit_files=[refused])
+    out = act(host, "restarted", sglang_lease_holder=holder)
+    assert out["failed"] and out["failed_step"] == hp.HOLD and "sweep sw-2" in out["msg"] and not out["changed"]
+    assert host.names() == ["sglang_unit_files"]
 
 
 def test_a_failed_wait_fails_the_handler_with_the_waits_verdict_and_keeps_nothing(monkeypatch):
@@ -164,7 +192,8 @@ def test_a_sweep_leases_the_host_the_role_steps_renew_its_lease_and_release_only
     # a combination's install renews the sweep's lease and does not release it
     host = Host(sglang_unit_files=[{"changed": True, "changed_files": [UNIT]}])
     out = act(host, "installed", sglang_lease_holder=holder)
-    assert [(args["state"], args["holder"]["session"]) for args in host.leases] == [("held", holder["session"])]
+    assert host.leases == [] and [(name, args["holder"]["session"], args["record"]["step"])
+                                  for name, args in host.carried] == [("sglang_unit_files", holder["session"], "applying")]
     assert out["ansible_facts"]["sglang_lease_holder"]["generation"] == 1
     # the end of the sweep releases it; a role step after it takes (and releases) a lease of its own
     host = Host()

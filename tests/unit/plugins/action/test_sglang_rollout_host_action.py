@@ -60,24 +60,40 @@ class Host(object):
         self.answers = dict((name, list(items)) for name, items in answers.items())
         self.calls = []
         self.leases = []
+        self.written = []  # (the step written on the host, the module that wrote it), in order
+        self.records = []  # what each of them wrote into the host's record (None: a renewal only)
 
     def __call__(self, module_name, module_args, task_vars):
         short = module_name.rsplit(".", 1)[-1]
-        # the lease's renewals (each step written on the host first) are kept apart from the steps' modules
-        (self.leases if short == "sglang_lease" else self.calls).append((short, copy.deepcopy(dict(module_args))))
+        args = copy.deepcopy(dict(module_args))
+        # the lease's renewals (each step written on the host first) are kept apart from the steps' modules;
+        # a step's module that carries the lease (its `lease` option) keeps it apart too
+        carried = args.pop("lease", None) if short != "sglang_lease" else None
+        (self.leases if short == "sglang_lease" else self.calls).append((short, args))
         default = {"changed": True, "lease": {"generation": 7}} if short == "sglang_lease" else {"changed": False}
         queue = self.answers.get(short) or [default]
         answer = queue.pop(0) if len(queue) > 1 else queue[0]
         if isinstance(answer, Exception):
             raise answer
-        return dict(answer)
+        answer = dict(answer)
+        lease = args if short == "sglang_lease" else carried
+        # (an answer with lease None: the module failed before it held the lease)
+        if lease and answer.get("action") != "refused" and not answer.get("unreachable") and \
+                not ("lease" in answer and answer["lease"] is None):
+            # as the module does: the lease renewed and the step recorded before anything else
+            self.written.append(((lease.get("record") or {}).get("step"), short))
+            self.records.append(lease.get("record"))
+            if carried:
+                answer.setdefault("lease", {"generation": 7})
+        return answer
 
     def names(self):
         return [name for name, dummy in self.calls]
 
     def holds(self):
-        """The steps written on the host, in order (each with the lease renewed)."""
-        return [args.get("record", {}).get("step") for name, args in self.leases]
+        """The steps written on the host, in order (each with the lease renewed), by their own lease run or
+        carried by the step's module."""
+        return [step for step, dummy in self.written]
 
 
 def drift(**changes):
@@ -163,9 +179,9 @@ def test_a_failed_wait_reverts_verifies_the_revert_and_only_then_rejoins(tmp_pat
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     assert result["failed"] is True and result["failed_step"] == hp.WAIT
-    assert host.names() == ["sglang_unit_files", "sglang_ready", "sglang_info", "sglang_last_good",
+    assert host.names() == ["sglang_unit_files", "sglang_ready", "sglang_last_good", "sglang_info",
                             "systemd_service", "sglang_ready"]
-    assert host.calls[3][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
+    assert host.calls[2][1] == {"unit": "sglang.service", "directory": "/var/lib/lg", "state": "restored"}
     revert_wait = host.calls[5][1]
     assert revert_wait["after_invocation"] == NEW and revert_wait["expect"] == {"draft_window_size": 1024}
     assert router.calls == ["absent", "present"]  # back only once the reverted process was verified
@@ -317,7 +333,7 @@ def test_a_restart_that_fails_after_the_install_is_the_restart_step_and_a_change
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     assert result["failed"] and result["failed_step"] == hp.RESTART and result["changed"] is True
-    assert host.names() == ["sglang_unit_files", "sglang_info", "sglang_last_good", "systemd_service", "sglang_ready"]
+    assert host.names() == ["sglang_unit_files", "sglang_last_good", "sglang_info", "systemd_service", "sglang_ready"]
     assert record["status"] == "reverted" and record["failed_task"] == hp.RESTART
     assert router.calls == ["absent", "present"]
 
@@ -515,8 +531,8 @@ def test_each_step_is_written_on_the_host_with_the_lease_renewed_before_its_work
     first = host.leases[0][1]
     assert first["holder"]["generation"] == 7 and first["holder"]["session"] == "s1" and first["state"] == "held"
     assert first["record"]["drained_by"] == "r1" and first["record"]["intent_digest"] == "d1"
-    last = host.leases[-1][1]["record"]
-    assert last["drained_by"] is None and last["in_router"] is True and last["worker_url"] == "http://gpu-1:30000"
+    last = host.records[-1]
+    assert last["step"] == "rejoined" and last["drained_by"] is None and last["in_router"] is True and last["worker_url"] == "http://gpu-1:30000"
 
 
 def test_a_host_unreachable_before_its_first_step_is_never_drained_and_says_it_is_still_in_the_router(
@@ -567,17 +583,51 @@ def test_a_host_an_operator_took_out_of_the_router_is_changed_and_left_out(tmp_p
 
 
 def test_a_lease_taken_over_mid_change_is_neither_reverted_nor_put_back(tmp_path, shown, monkeypatch):
-    taken = {"failed": True, "action": "refused", "msg": "this run's lease of the host was taken over: it is now "
-             "held by rollout r-9 on awx-7 by bob"}
-    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 7}}, taken],
-                sglang_last_good=[{"changed": True, "exists": True}])
+    """The install carries the lease (its record of step applying): the module refuses before it writes a file."""
+    taken = {"failed": True, "action": "refused", "changed": False, "msg": "sglang.service: this run's lease of the "
+             "host was taken over: it is now held by rollout r-9 on awx-7 by bob. Nothing was changed."}
+    host = Host(sglang_unit_files=[taken], sglang_last_good=[{"changed": True, "exists": True}])
     router = Router()
     result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
     # it had left the router (draining); the new holder owns it now: no install, no revert, no rejoin
-    assert result["failed"] and router.calls == ["absent"], router.calls
-    assert "sglang_unit_files" not in host.names() and "systemd_service" not in host.names(), host.names()
+    assert result["failed"] and result["failed_step"] == hp.HOLD and router.calls == ["absent"], router.calls
+    assert host.names() == ["sglang_unit_files"] and result["changed"] is False, host.names()
+    assert host.holds() == ["draining"]  # the applying step never reached the host
     assert record["status"] == "failed" and record["reverted"] is False and record["in_router"] is False
     assert "its lease was taken over by another writer" in record["outcome"], record
+    assert "at step draining" in record["outcome"], record
+
+
+def test_a_lease_taken_over_before_the_rejoin_keeps_the_host_out_and_unreverted(tmp_path, shown, monkeypatch):
+    """The verified step has no module of its own: its lease run is the check before the host rejoins."""
+    taken = {"failed": True, "action": "refused", "msg": "this run's lease of the host was taken over: it is now "
+             "held by rollout r-9 on awx-7 by bob"}
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 7}}, taken], sglang_unit_files=[INSTALLED],
+                sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and result["failed_step"] == hp.HOLD and router.calls == ["absent"], router.calls
+    assert host.names() == ["sglang_unit_files", "sglang_ready"], host.names()  # neither reverted nor saved
+    assert host.holds() == ["draining", "applying"]
+    assert record["status"] == "failed" and record["reverted"] is False and record["in_router"] is False
+    assert "at step applying" in record["outcome"], record
+
+
+def test_each_step_is_recorded_on_the_host_before_its_work_riding_on_the_steps_own_module(
+        tmp_path, shown, monkeypatch):
+    host = Host(sglang_unit_files=[INSTALLED], sglang_ready=[PASS], sglang_last_good=[{"changed": True, "exists": True}])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert not result.get("failed") and record["status"] == "updated", record
+    assert host.written == [("draining", "sglang_lease"), ("applying", "sglang_unit_files"),
+                            ("verified", "sglang_lease"), ("rejoined", "sglang_last_good")], host.written
+    # a host with nothing to keep as last-known-good (the analysis could not clear it, or sglang_verify is off):
+    # its rejoined step is a lease run of its own, after the rejoin
+    host = Host(sglang_unit_files=[INSTALLED])
+    result, record = act(tmp_path, host, Router(), monkeypatch=monkeypatch, settings={"sglang_verify": False})
+    assert not result.get("failed") and host.names() == ["sglang_unit_files"], host.names()
+    assert host.written[-1] == ("rejoined", "sglang_lease") and host.holds() == [
+        "draining", "applying", "verified", "rejoined"], host.written
 
 
 # ------------------------------------------------------------------ the canary analysis
@@ -803,3 +853,17 @@ def test_a_groups_follower_missing_from_the_run_is_refused(tmp_path, shown, monk
     with pytest.raises(Exception, match="gpu-2 \\(rank 1 of serving group g\\) has no drift check"):
         act(tmp_path, Host(), Router(), monkeypatch=monkeypatch, prepared={"group": dict(GROUP, rank=0)},
             hostvars={})
+
+
+def test_an_install_refused_before_it_held_the_lease_changed_nothing_and_is_neither_reverted_nor_kept_out(
+        tmp_path, shown, monkeypatch):
+    """sglang_unit_files checks owners and modes before it holds the lease: failing there, nothing was written."""
+    bad_owner = {"failed": True, "msg": "user sglang does not exist", "changed_files": [], "lease": None}
+    host = Host(sglang_unit_files=[bad_owner])
+    router = Router()
+    result, record = act(tmp_path, host, router, monkeypatch=monkeypatch)
+    assert result["failed"] and result["failed_step"] == hp.INSTALL and result["changed"] is False
+    assert host.names() == ["sglang_unit_files"], host.names()  # no revert: no restore, no restart
+    assert host.holds() == ["draining", "failed"], host.holds()
+    assert router.calls == ["absent", "present"] and record["in_router"] is True, record
+    assert record["reverted"] is False and "nothing on the host had changed" in record["outcome"], record

@@ -203,7 +203,7 @@ def test_a_revert_restores_restarts_and_waits_with_the_key_of_the_restored_comma
                 systemd_service=[{"changed": True}])
     steps = path(host, settings={"sglang_api_key": "new-key"})
     outcome = steps.revert()
-    assert host.names() == ["sglang_info", "sglang_last_good", "systemd_service", "sglang_ready"]
+    assert host.names() == ["sglang_last_good", "sglang_info", "systemd_service", "sglang_ready"]
     wait = host.calls[3][1]
     assert wait["after_invocation"] == NEW and wait["api_key_file"] == "/etc/sglang/sglang.yaml"
     assert "api_key" not in wait and wait["expect"] == {"x": 1}
@@ -211,7 +211,7 @@ def test_a_revert_restores_restarts_and_waits_with_the_key_of_the_restored_comma
     # nothing to restore: no restart, no wait
     host = Host(sglang_info=[{}], sglang_last_good=[{"failed": True, "msg": "no copy"}])
     outcome = path(host).revert()
-    assert outcome["verdict"] == "not_restored" and host.names() == ["sglang_info", "sglang_last_good"]
+    assert outcome["verdict"] == "not_restored" and host.names() == ["sglang_last_good", "sglang_info"]
 
 
 # ------------------------------------------------------------------ the lease
@@ -268,3 +268,75 @@ def test_a_leased_wait_slices_at_most_a_third_of_the_lease_and_renews_between_sl
     the_path.verified(None)
     wait = [args for name, args in host.calls if name == "sglang_ready"][0]
     assert wait["slice_seconds"] == 5.0
+
+
+# ------------------------------------------------------------------ a step's record riding on its module
+
+
+def held_path(host, the_drift=None):
+    held = lease(host)
+    held.holder["generation"] = 3  # taken earlier (the prepare phase, the role's first step)
+    return hp.HostPath(host.run, host.wait, SETTINGS, PREPARED, the_drift or drift(), host="gpu-1", lease=held), held
+
+
+def test_a_deferred_record_rides_on_the_install_and_no_lease_run_of_its_own_is_made():
+    host = Host(waits=[PASS], sglang_unit_files=[{"changed": True, "changed_files": [UNIT], "restarted": True,
+                                                  "status": {"InvocationID": OLD}, "lease": {"generation": 3}}])
+    the_path, held = held_path(host)
+    held.defer({"step": "applying"})
+    the_path.apply()
+    assert host.names() == ["sglang_unit_files", "sglang_ready"], host.names()
+    carried = host.calls[0][1]["lease"]
+    assert carried["record"] == {"step": "applying"} and carried["holder"]["generation"] == 3
+    assert carried["unit"] == "sglang.service" and carried["directory"] == "/f" and carried["seconds"] == 300
+    assert held.pending is None and "lease" not in host.calls[1][1]
+
+
+def test_a_deferred_record_is_written_by_a_lease_run_before_a_module_that_cannot_carry_it():
+    # nothing to install, the unit stopped: the start (systemd_service) carries no lease
+    host = Host(waits=[PASS], sglang_lease=[{"changed": True, "lease": {"generation": 3}}],
+                systemd_service=[{"changed": True}])
+    the_path, held = held_path(host, drift(changed_files=[], active_state="inactive"))
+    held.defer({"step": "applying"})
+    the_path.apply()
+    assert host.names() == ["sglang_lease", "systemd_service", "sglang_ready"], host.names()
+    assert host.calls[0][1]["record"] == {"step": "applying"} and "lease" not in host.calls[1][1]
+    # nothing at all runs on the host (a running process the drift check verified): the next record writes it first
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 3}}])
+    the_path, held = held_path(host, drift(changed_files=[], in_sync=True, receipt={"invocation_id": OLD}))
+    held.defer({"step": "applying"})
+    the_path.apply()
+    held.hold(record={"step": "verified"})
+    assert [args["record"]["step"] for name, args in host.calls] == ["applying", "verified"]
+
+
+def test_a_rider_refused_by_a_lease_taken_over_fails_the_step_as_the_lease_and_keeps_the_record_pending():
+    refused = {"failed": True, "action": "refused", "changed": False, "msg": "taken over by sweep sw-2"}
+    host = Host(sglang_unit_files=[refused])
+    the_path, held = held_path(host)
+    held.defer({"step": "applying"})
+    with pytest.raises(hp.StepFailed) as failed:
+        the_path.apply()
+    assert failed.value.step == hp.HOLD and "sw-2" in failed.value.result["msg"] and not the_path.changed
+    assert held.pending == {"step": "applying"}  # it never reached the host
+    held.discard()
+    assert held.pending is None
+    # an unreachable host: the module never ran, the record is still to be written
+    host = Host(sglang_unit_files=[{"unreachable": True, "msg": "ssh: connection refused"}])
+    the_path, held = held_path(host)
+    held.defer({"step": "applying"})
+    with pytest.raises(hp.StepFailed) as failed:
+        the_path.apply()
+    assert failed.value.step == hp.INSTALL and held.pending == {"step": "applying"}
+
+
+def test_a_lease_not_yet_taken_is_taken_at_once_when_a_record_is_deferred_and_a_release_supersedes_one():
+    host = Host(sglang_lease=[{"changed": True, "lease": {"generation": 5}}])
+    held = lease(host)
+    held.defer({"step": "applying"}, intent_digest="d1")
+    assert host.calls[0][1]["record"] == {"step": "applying"} and host.calls[0][1]["intent_digest"] == "d1"
+    assert held.held and held.pending is None
+    held.defer({"step": "saving"})
+    held.release(record={"step": "done"})
+    assert [args.get("record") for name, args in host.calls] == [{"step": "applying"}, {"step": "done"}]
+    assert host.calls[1][1]["state"] == "released" and held.pending is None

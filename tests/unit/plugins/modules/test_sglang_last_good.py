@@ -274,3 +274,30 @@ def test_from_process_without_a_main_process_fails_and_saves_nothing(monkeypatch
     result, failed = last_good(monkeypatch, tree, state="saved", files=[tree["unit"]], record={}, from_process=True)
     assert failed and "has no running main process" in result["msg"] and "nothing saved" in result["msg"]
     assert not os.path.exists(unit_dir(tree))
+
+
+# ------------------------------------------------------------------ the lease option (a writer's step)
+
+def test_the_lease_option_records_the_step_before_saving_and_a_lease_taken_over_saves_nothing(monkeypatch, tree):
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
+    fleet = str(tree["tmp"] / "fleet")
+    holder = {"kind": "rollout", "run_id": "r1", "session": "s1", "generation": None}
+    holder["generation"] = _lease.hold(fleet, "sglang.service", holder, 300, 1000.0)["lease"]["generation"]
+    lease = {"unit": "sglang.service", "directory": fleet, "holder": holder, "seconds": 300,
+             "record": {"run_id": "r1", "step": "rejoined", "status": "updated"}}
+    result, failed = last_good(monkeypatch, tree, state="saved", files=[tree["unit"]], record={"invocation_id": NEW},
+                               lease=lease)
+    assert not failed and result["exists"] and result["lease"]["generation"] == holder["generation"]
+    assert _lease.read(_lease.paths(fleet, "sglang.service")["record"])["step"] == "rejoined"
+    # another writer broke the lease: the next save (or restore) is refused and the copy stays as it was
+    _lease.hold(fleet, "sglang.service", {"kind": "sweep", "run_id": "sw-2", "session": "s9"}, 300, 2000.0, force=True)
+    kept = open(os.path.join(unit_dir(tree), "record.json")).read()
+    result, failed = last_good(monkeypatch, tree, state="saved", files=[tree["unit"]], record={"invocation_id": "x"},
+                               lease=lease)
+    assert failed and result["action"] == "refused" and "sweep sw-2" in result["msg"]
+    assert open(os.path.join(unit_dir(tree), "record.json")).read() == kept
+    result, failed = last_good(monkeypatch, tree, state="restored", lease=lease)
+    assert failed and result["action"] == "refused"
+    # a query changes nothing and ignores the option
+    result, failed = last_good(monkeypatch, tree, state="query", lease=lease)
+    assert not failed and "lease" not in result and result["exists"]

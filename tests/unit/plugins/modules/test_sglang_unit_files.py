@@ -190,3 +190,57 @@ def test_check_mode_restarts_nothing_and_writes_nothing(monkeypatch, tmp_path):
                                       check_mode=True)
     assert not failed and result["restarted"] is True and result["changed"] is True
     assert systemctl.calls == [] and not path.exists()
+
+
+# ------------------------------------------------------------------ the lease option (a writer's step)
+
+HOLDER = {"kind": "rollout", "run_id": "r1", "session": "s1", "generation": 1}
+
+
+def run_leased(monkeypatch, tmp_path, files, check_mode=False, holder=None):
+    patch_module_exits(monkeypatch)
+    lease = {"unit": "sglang.service", "directory": str(tmp_path / "fleet"), "holder": holder or HOLDER,
+             "seconds": 300, "record": {"run_id": "r1", "step": "applying", "status": "updating"}}
+    with patch_module_args({"files": list(files), "lease": lease, "_ansible_check_mode": check_mode}):
+        with pytest.raises(ModuleExit) as caught:
+            sglang_unit_files.main()
+    return caught.value.result, caught.value.failed
+
+
+def test_the_lease_option_renews_the_writers_lease_and_records_its_step_before_it_writes(monkeypatch, tmp_path):
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
+    directory = str(tmp_path / "fleet")
+    taken = _lease.hold(directory, "sglang.service", dict(HOLDER, generation=None), 300, 1000.0)
+    holder = dict(HOLDER, generation=taken["lease"]["generation"])
+    path = tmp_path / "sglang.yaml"
+    result, failed = run_leased(monkeypatch, tmp_path, [spec(path, "a: 1\n")], holder=holder)
+    assert not failed and result["changed_files"] == [str(path)] and path.read_text() == "a: 1\n"
+    assert result["lease"]["generation"] == holder["generation"] and result["lease"]["live"] is True
+    files = _lease.paths(directory, "sglang.service")
+    record = _lease.read(files["record"])
+    assert record["step"] == "applying" and [item["step"] for item in record["steps"]] == ["applying"]
+    assert _lease.read(files["lease"])["renewed"] > 1000.0
+
+
+def test_the_lease_option_refuses_a_lease_taken_over_and_writes_no_file(monkeypatch, tmp_path):
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
+    directory = str(tmp_path / "fleet")
+    ours = _lease.hold(directory, "sglang.service", dict(HOLDER, generation=None), 1, 1000.0)
+    # another writer takes the expired lease over
+    _lease.hold(directory, "sglang.service", {"kind": "sweep", "run_id": "sw-2", "session": "s9", "controller": "b3"},
+                300, 2000.0)
+    path = tmp_path / "sglang.yaml"
+    result, failed = run_leased(monkeypatch, tmp_path, [spec(path, "a: 1\n")],
+                                holder=dict(HOLDER, generation=ours["lease"]["generation"]))
+    assert failed and result["action"] == "refused" and result["changed"] is False
+    assert "taken over" in result["msg"] and "sweep sw-2" in result["msg"] and "Nothing was changed" in result["msg"]
+    assert not path.exists()
+    assert _lease.read(_lease.paths(directory, "sglang.service")["record"]) is None  # the step was not recorded
+
+
+def test_the_lease_option_in_check_mode_judges_the_lease_and_writes_nothing(monkeypatch, tmp_path):
+    path = tmp_path / "sglang.yaml"
+    result, failed = run_leased(monkeypatch, tmp_path, [spec(path, "a: 1\n")], check_mode=True,
+                                holder=dict(HOLDER, generation=None))
+    assert not failed and result["changed_files"] == [str(path)] and not path.exists()
+    assert not (tmp_path / "fleet").exists()
