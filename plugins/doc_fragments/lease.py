@@ -19,8 +19,8 @@ options:
         same module run.
       - When the lease is not the caller's any more (taken over, even if released since), the module fails with
         C(action=refused) and changes nothing.
-      - Only renews a lease the caller took (C(generation) set in O(lease.holder)); taking one is
-        M(gpufleet.inference.sglang_lease)'s.
+      - Only renews a lease the caller took; taking one is M(gpufleet.inference.sglang_lease)'s. Without
+        C(generation) in O(lease.holder) the module fails and changes nothing.
     type: dict
     suboptions:
       unit:

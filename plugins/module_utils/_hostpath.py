@@ -221,17 +221,16 @@ class HostPath(object):
 
     def _module(self, name, args):
         """A module run on the host; the lease's deferred record rides on it (RIDERS) or is written first."""
-        lease = self.lease if self.lease is not None and self.lease.pending is not None else None
-        if lease is not None and name in RIDERS:
-            args = dict(args, lease=lease.rider())
-        elif lease is not None:
-            lease.flush()
-            lease = None
+        riding = self.lease is not None and self.lease.pending is not None and name in RIDERS
+        if riding:
+            args = dict(args, lease=self.lease.rider())
+        elif self.lease is not None:
+            self.lease.flush()
         result = self.run(name, args)
         if result.get("unreachable"):
             result["failed"] = True
-        if lease is not None:
-            lease.carried(result)
+        if riding:
+            self.lease.carried(result)
         return result
 
     def _step(self, step, name, args):

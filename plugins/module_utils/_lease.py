@@ -234,16 +234,19 @@ def hold(directory, unit, holder, seconds, now, record=None, check_mode=False, i
 
 
 def ride(module):
-    """A module's ``lease`` option (RIDER_SPEC), before it changes anything: the lease renewed and the
-    step's record written, or the module fails - nothing changed - with ``action: refused``. Returns
-    the lease as the result shows it (None without the option)."""
+    """A module's ``lease`` option (RIDER_SPEC), before it changes anything: the caller's lease renewed and
+    the step's record written, or the module fails - nothing changed - with ``action: refused``. Returns
+    what the module's result adds: ``{"lease": the lease as results show it}``, or {} without the option."""
     params = module.params.get("lease")
     if not params:
-        return None
+        return {}
+    if params["holder"].get("generation") is None:
+        module.fail_json(msg="lease.holder.generation is needed: the lease option renews a lease its holder took "
+                         "(gpufleet.inference.sglang_lease takes one). Nothing was changed.", changed=False)
     try:
         held = hold(params["directory"], params["unit"], params["holder"], params["seconds"], time.time(),
                     record=params.get("record"), check_mode=module.check_mode)
     except Refused as exc:
         module.fail_json(msg="%s: %s. Nothing was changed." % (params["unit"], exc), action="refused",
                          lease=exc.lease, changed=False)
-    return held["lease"]
+    return {"lease": held["lease"]}

@@ -245,9 +245,8 @@ def main():
     if state == "saved" and not module.params["files"]:
         module.fail_json(msg="state=saved needs files (the unit's paths)", exists=False, record=None, files=[],
                          changed_files=[])
-    held = {}
-    if state != "query" and module.params["lease"]:
-        held["lease"] = _lease.ride(module)  # the writer's step recorded (or refused) before anything is written
+    # the writer's step recorded (or refused) before anything is written; a query changes nothing
+    held = _lease.ride(module) if state != "query" else {}
     if state == "saved":
         changed, record = last_good.save(module.params["files"], module.params["record"])
     elif state == "restored":

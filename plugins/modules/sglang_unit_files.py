@@ -303,8 +303,7 @@ def main():
         items = plan(module.params["files"], module.params["secret_files"])
     except (InstallError, OSError) as exc:
         module.fail_json(msg=str(exc), changed_files=[], created_dirs=[], restarted=False)
-    lease = _lease.ride(module)  # the writer's step recorded (or refused) before anything is written
-    held = {"lease": lease} if lease else {}
+    held = _lease.ride(module)  # the writer's step recorded (or refused) before anything is written
     try:
         changed_files, created_dirs = install(module, items)
     except (InstallError, OSError) as exc:

@@ -239,8 +239,20 @@ def test_the_lease_option_refuses_a_lease_taken_over_and_writes_no_file(monkeypa
 
 
 def test_the_lease_option_in_check_mode_judges_the_lease_and_writes_nothing(monkeypatch, tmp_path):
+    from ansible_collections.gpufleet.inference.plugins.module_utils import _lease
+    directory = str(tmp_path / "fleet")
+    taken = _lease.hold(directory, "sglang.service", dict(HOLDER, generation=None), 300, 1000.0)
+    files = _lease.paths(directory, "sglang.service")
+    before = open(files["lease"]).read()
     path = tmp_path / "sglang.yaml"
     result, failed = run_leased(monkeypatch, tmp_path, [spec(path, "a: 1\n")], check_mode=True,
-                                holder=dict(HOLDER, generation=None))
+                                holder=dict(HOLDER, generation=taken["lease"]["generation"]))
     assert not failed and result["changed_files"] == [str(path)] and not path.exists()
-    assert not (tmp_path / "fleet").exists()
+    assert open(files["lease"]).read() == before and _lease.read(files["record"]) is None
+
+
+def test_the_lease_option_only_renews_a_lease_its_holder_took(monkeypatch, tmp_path):
+    path = tmp_path / "sglang.yaml"
+    result, failed = run_leased(monkeypatch, tmp_path, [spec(path, "a: 1\n")], holder=dict(HOLDER, generation=None))
+    assert failed and "lease.holder.generation is needed" in result["msg"] and result["changed"] is False
+    assert not path.exists() and not (tmp_path / "fleet").exists()
